@@ -1,0 +1,14 @@
+# Install: the library, its header, pkg-config and CMake package files, and the CLI.
+include(CMakePackageConfigHelpers)
+install(TARGETS tutti EXPORT tuttiTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT dev)
+install(FILES ${PROJECT_SOURCE_DIR}/include/tutti.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev)
+install(TARGETS tutti-cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+install(EXPORT tuttiTargets NAMESPACE tutti:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tutti COMPONENT dev)
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/tuttiConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/tuttiConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tutti)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/tuttiConfigVersion.cmake COMPATIBILITY SameMajorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/tuttiConfig.cmake ${PROJECT_BINARY_DIR}/tuttiConfigVersion.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tutti COMPONENT dev)
+configure_file(${PROJECT_SOURCE_DIR}/cmake/tutti.pc.in ${PROJECT_BINARY_DIR}/tutti.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/tutti.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)

@@ -1,0 +1,238 @@
+/*
+ * tutti.h — the stable C ABI of tutti, an SSD-backed KV-cache runtime for LLM serving.
+ *
+ * Conventions (read these first):
+ *  1. Handles are opaque. Every `*_create`/`*_open` has a `*_destroy`/`*_close` that accepts NULL.
+ *     The caller owns what it creates; tutti never keeps a pointer to caller memory beyond the
+ *     call, except (a) the KV-cache addresses given to tutti_runtime_register_kv and (b) the token
+ *     ids and block tables of requests added to a batch, which must stay valid until the batch
+ *     has completed (tutti_batch_wait returned, or tutti_batch_destroy).
+ *  2. Functions return 0 (TUTTI_OK) or a negative tutti_error. tutti_strerror(code) names the
+ *     code; tutti_last_error() returns a message for the last failure on the calling thread.
+ *  3. A NULL handle or a NULL required pointer is TUTTI_EINVAL, never a crash.
+ *  4. Thread safety: a runtime may be used from several threads at once. A batch belongs to one
+ *     thread at a time; different batches may be driven concurrently.
+ *  5. Structs that may grow start with `struct_size`; set it to sizeof(the struct). Options grow
+ *     as string keys (tutti_options_set), each with a TUTTI_* environment variable.
+ *  6. Nothing here blocks unless its name says wait, close or destroy.
+ */
+#ifndef TUTTI_H
+#define TUTTI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(TUTTI_BUILDING) && defined(__GNUC__)
+#define TUTTI_API __attribute__((visibility("default")))
+#else
+#define TUTTI_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Version -------------------------------------------------------------------------- */
+
+#define TUTTI_VERSION_MAJOR 0
+#define TUTTI_VERSION_MINOR 1
+#define TUTTI_VERSION_PATCH 0
+#define TUTTI_VERSION_NUMBER \
+  (TUTTI_VERSION_MAJOR * 10000 + TUTTI_VERSION_MINOR * 100 + TUTTI_VERSION_PATCH)
+
+/* The version of the library actually loaded (compare with TUTTI_VERSION_NUMBER). */
+TUTTI_API unsigned tutti_version_number(void);
+TUTTI_API const char* tutti_version_string(void);
+
+/* ---- Errors --------------------------------------------------------------------------- */
+
+typedef enum tutti_error {
+  TUTTI_OK = 0,
+  TUTTI_EINVAL = -1,       /* an argument is invalid (NULL, out of range, inconsistent) */
+  TUTTI_ENOMEM = -2,       /* host memory could not be allocated */
+  TUTTI_EIO = -3,          /* the storage device reported an error */
+  TUTTI_ENOSPC = -4,       /* the pool (or the disk under it) is full */
+  TUTTI_ENOENT = -5,       /* a chunk is not in the pool (evicted, never stored) */
+  TUTTI_ELAYOUT = -6,      /* the pool was created for another KV layout */
+  TUTTI_ECORRUPT = -7,     /* on-disk data failed a checksum; it is never handed back */
+  TUTTI_ESTATE = -8,       /* the call is not valid in the object's current state */
+  TUTTI_EUNSUPPORTED = -9, /* not available in this build or on this machine */
+  TUTTI_EACCES = -10,      /* a pool path cannot be opened or created */
+  TUTTI_EINTERNAL = -11,   /* a bug in tutti; please report it with tutti_last_error() */
+  TUTTI_EBUSY = -12        /* the pool is open in another runtime (pools are locked) */
+} tutti_error;
+
+/* A static, human-readable name for a code. Never NULL. */
+TUTTI_API const char* tutti_strerror(int code);
+/* The message of the last failed call on this thread ("" if none). Valid until the next call. */
+TUTTI_API const char* tutti_last_error(void);
+
+/* ---- Options ---------------------------------------------------------------------------
+ * Keys (value strings; sizes accept K/M/G/T suffixes, powers of 1024). Every key has an
+ * environment variable TUTTI_<KEY in upper case> that sets its default; tutti_options_set wins.
+ *   pool             URI of a pool file; repeat to stripe over several SSDs.
+ *                    file:///abs/path/pool?size=64G, or a plain path. A directory means
+ *                    <dir>/tutti.pool. Default (TUTTI_POOL): ./tutti.pool
+ *   capacity         total size of newly created pool files (split evenly) when a URI has no
+ *                    ?size=. Default 8G. An existing pool keeps its size.
+ *   chunk_tokens     tokens per stored chunk (a multiple of the block size). Default 256.
+ *   backend          auto | uring | posix. Default auto (uring where io_uring works).
+ *   namespace        salt mixed into every chunk key (model id, tenant). Default "".
+ *   io_mode          object (one I/O per chunk and layer; default) | per-block-baseline (one I/O
+ *                    per block and K/V through staging: the page-granular path of other SSD
+ *                    tiers, kept only for comparison).
+ *   direct_to_blocks auto | on | off. Read/write straight between the SSD and the KV blocks with
+ *                    vectored I/O when the layout is aligned (auto, default); off always stages.
+ *   verify           0 | 1. Check each layer's checksum on load (default 0; fsck always does).
+ *   staging          bytes of aligned staging memory (default 256M).
+ *   lookahead        layers kept in flight ahead of the consumer (default 4).
+ *   rings            io_uring rings, each with its own thread (default 4).
+ *   queue_depth      I/Os in flight per ring (default 64).
+ *   threads          posix backend worker threads (default 16).
+ *   create           1 | 0. Create missing pool files (default 1).
+ */
+typedef struct tutti_options tutti_options;
+
+TUTTI_API int tutti_options_create(tutti_options** out);
+TUTTI_API void tutti_options_destroy(tutti_options* opts);
+TUTTI_API int tutti_options_set(tutti_options* opts, const char* key, const char* value);
+
+/* ---- Runtime -------------------------------------------------------------------------- */
+
+typedef struct tutti_runtime tutti_runtime;
+
+/* Validates options and pool paths. The pool files are opened (or created) when the KV cache
+ * is registered, because their layout fingerprint is the model's KV shape. */
+TUTTI_API int tutti_runtime_open(const tutti_options* opts, tutti_runtime** out);
+/* Waits for in-flight batches, syncs and closes the pool. */
+TUTTI_API void tutti_runtime_close(tutti_runtime* rt);
+
+/* The backend chosen by `auto` (or given), e.g. "uring". Static string. */
+TUTTI_API const char* tutti_runtime_backend(const tutti_runtime* rt);
+
+/* ---- The engine's paged KV cache ------------------------------------------------------
+ * One layer holds num_blocks blocks of block_tokens tokens; each token has num_kv_heads rows
+ * of head_dim elements of elem_bytes each, for K and for V. A row (head_dim * elem_bytes) is
+ * contiguous; everything else is described by byte strides, which covers:
+ *   separate K/V tensors [num_blocks, block_tokens, heads, head_dim] (NHD): k_base[l], v_base[l]
+ *   a fused vLLM tensor [2, num_blocks, block_tokens, heads, head_dim]: k_base[l] = data,
+ *     v_base = NULL, v_offset = num_blocks * block_stride
+ *   HND ([.., heads, block_tokens, head_dim]): head_stride = block_tokens * row,
+ *     token_stride = row.
+ * The pool's fingerprint is (num_layers, num_kv_heads, head_dim, elem_bytes, chunk_tokens). */
+typedef enum tutti_memory {
+  TUTTI_MEMORY_HOST = 0, /* host memory (also "host memory standing in for the GPU") */
+  TUTTI_MEMORY_CUDA = 1  /* CUDA device memory; TUTTI_EUNSUPPORTED in a build without CUDA */
+} tutti_memory;
+
+typedef struct tutti_kv_layout {
+  uint32_t struct_size; /* sizeof(tutti_kv_layout) */
+  uint32_t num_layers;
+  uint32_t num_blocks;   /* blocks per layer */
+  uint32_t block_tokens; /* tokens per block */
+  uint32_t num_kv_heads;
+  uint32_t head_dim;
+  uint32_t elem_bytes; /* 2 for bf16/fp16 */
+  uint32_t memory;     /* tutti_memory */
+  int32_t device;      /* CUDA device ordinal (ignored for host memory) */
+  uint32_t reserved;
+  uint64_t block_stride; /* bytes between consecutive blocks */
+  uint64_t token_stride; /* bytes between consecutive tokens of a block */
+  uint64_t head_stride;  /* bytes between consecutive heads of a token */
+  void* const* k_base;   /* [num_layers] address of block 0's K, per layer */
+  void* const* v_base;   /* [num_layers] address of block 0's V, or NULL: k_base + v_offset */
+  uint64_t v_offset;     /* used when v_base is NULL (fused tensors) */
+} tutti_kv_layout;
+
+/* Fills strides for a contiguous NHD layout ([blocks, block_tokens, heads, head_dim]) or HND
+ * ([blocks, heads, block_tokens, head_dim]), leaves addresses to the caller. hnd is 0 or 1. */
+TUTTI_API int tutti_kv_layout_init(tutti_kv_layout* layout, uint32_t num_layers,
+                                   uint32_t num_blocks, uint32_t block_tokens,
+                                   uint32_t num_kv_heads, uint32_t head_dim, uint32_t elem_bytes,
+                                   int hnd);
+
+/* Registers the engine's KV cache (once per runtime) and opens or creates the pool for its
+ * shape. TUTTI_ELAYOUT if the pool was made for another shape; TUTTI_ESTATE if already done. */
+TUTTI_API int tutti_runtime_register_kv(tutti_runtime* rt, const tutti_kv_layout* layout);
+
+/* ---- Lookup ----------------------------------------------------------------------------
+ * How many leading tokens of the prompt are cached: a multiple of chunk_tokens (only full
+ * chunks are stored). Chunk keys chain (parent key, chunk tokens, namespace, salt), so a hit
+ * is always a prefix. salt may be NULL when salt_len is 0. */
+TUTTI_API int tutti_lookup(tutti_runtime* rt, const int32_t* tokens, size_t num_tokens,
+                           const void* salt, size_t salt_len, size_t* cached_tokens);
+
+/* ---- Batches ---------------------------------------------------------------------------
+ * A batch loads or stores the KV of several requests. After submit it is consumed per layer:
+ * tutti_batch_wait_layer(b, L) returns once layer L of every request has landed in the blocks
+ * (load) or has been written to the pool (store: the blocks of layer L may be reused). Loads
+ * are scheduled before stores. A stored chunk becomes visible to lookups once every layer is
+ * durable and its commit record is written. */
+typedef enum tutti_op { TUTTI_OP_LOAD = 0, TUTTI_OP_STORE = 1 } tutti_op;
+
+typedef struct tutti_request {
+  const int32_t* tokens;      /* the prompt's token ids, from token 0 */
+  size_t num_tokens;
+  const int32_t* block_table; /* block_table[i] holds tokens [i*block_tokens, (i+1)*block_tokens) */
+  size_t num_block_ids;       /* entries in block_table */
+  size_t token_begin;         /* range to move; begin must be a multiple of chunk_tokens */
+  size_t token_end;           /* end is rounded down to a whole chunk; 0 means num_tokens */
+  const void* salt;           /* per-request salt (LoRA id, cache salt); may be NULL */
+  size_t salt_len;
+} tutti_request;
+
+typedef struct tutti_result {
+  int status;          /* 0, or the first error of this request */
+  uint32_t chunks;     /* chunks in the requested range */
+  uint32_t chunks_ok;  /* chunks moved (load) or stored / already present (store) */
+  uint32_t reserved;
+  size_t tokens;       /* tokens moved, counted from token_begin up to the first failed chunk */
+} tutti_result;
+
+typedef struct tutti_batch tutti_batch;
+
+TUTTI_API int tutti_batch_create(tutti_runtime* rt, tutti_op op, tutti_batch** out);
+/* Adds n requests (one call, however many blocks). Validates every block id and range. */
+TUTTI_API int tutti_batch_add(tutti_batch* b, const tutti_request* reqs, size_t n);
+TUTTI_API int tutti_batch_submit(tutti_batch* b);
+/* Blocks until layer `layer` is done for the whole batch. */
+TUTTI_API int tutti_batch_wait_layer(tutti_batch* b, uint32_t layer);
+/* Blocks until the batch is done (a store: committed). Returns the first request error, if any. */
+TUTTI_API int tutti_batch_wait(tutti_batch* b);
+TUTTI_API int tutti_batch_result(const tutti_batch* b, size_t request, tutti_result* out);
+/* Per-chunk status of one request (0 or a tutti_error), n = min(cap, chunks). */
+TUTTI_API int tutti_batch_chunk_status(const tutti_batch* b, size_t request, int* status,
+                                       size_t cap, size_t* n);
+/* Waits for anything in flight, then frees. Accepts NULL. */
+TUTTI_API void tutti_batch_destroy(tutti_batch* b);
+
+/* ---- Statistics ----------------------------------------------------------------------- */
+
+typedef struct tutti_stats {
+  uint32_t struct_size; /* sizeof(tutti_stats) */
+  uint32_t num_layers;
+  uint64_t bytes_read;
+  uint64_t bytes_written;
+  uint64_t ios;           /* I/O operations issued */
+  uint64_t lookups;
+  uint64_t hit_chunks;    /* chunks found by lookups */
+  uint64_t miss_chunks;   /* lookups that stopped at a missing chunk */
+  uint64_t stored_chunks; /* chunks committed */
+  uint64_t evictions;
+  uint64_t failed_chunks; /* chunks a batch could not move */
+  uint64_t slots_total;
+  uint64_t slots_used;
+  uint64_t layer_waits;   /* tutti_batch_wait_layer calls */
+  uint64_t layer_wait_ns; /* time spent blocked in them */
+} tutti_stats;
+
+TUTTI_API int tutti_runtime_stats(const tutti_runtime* rt, tutti_stats* out);
+/* Time spent waiting per layer (ns), summed over all batches; n = min(cap, num_layers). */
+TUTTI_API int tutti_runtime_layer_wait_ns(const tutti_runtime* rt, uint64_t* ns, size_t cap,
+                                          size_t* n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TUTTI_H */

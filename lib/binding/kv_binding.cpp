@@ -1,0 +1,81 @@
+#include "binding/kv_binding.hpp"
+
+#include <cstring>
+
+#include "common/error.hpp"
+#include "common/units.hpp"
+#include "pool/format.hpp"
+
+namespace tutti {
+
+KvBinding::KvBinding(const tutti_kv_layout& l, uint32_t chunk_tokens) {
+  TUTTI_EXPECT(l.struct_size == sizeof(tutti_kv_layout),
+               "tutti_kv_layout.struct_size is " + std::to_string(l.struct_size) + ", expected sizeof(tutti_kv_layout) = " +
+                   std::to_string(sizeof(tutti_kv_layout)));
+  TUTTI_EXPECT(l.num_layers >= 1 && l.num_layers <= kMaxLayers, "num_layers must be 1.." + std::to_string(kMaxLayers));
+  TUTTI_EXPECT(l.num_blocks >= 1, "num_blocks must be at least 1");
+  TUTTI_EXPECT(l.block_tokens >= 1, "block_tokens must be at least 1");
+  TUTTI_EXPECT(l.num_kv_heads >= 1 && l.head_dim >= 1, "num_kv_heads and head_dim must be at least 1");
+  TUTTI_EXPECT(l.elem_bytes == 1 || l.elem_bytes == 2 || l.elem_bytes == 4 || l.elem_bytes == 8,
+               "elem_bytes must be 1, 2, 4 or 8");
+  TUTTI_EXPECT(chunk_tokens % l.block_tokens == 0,
+               "chunk_tokens (" + std::to_string(chunk_tokens) + ") must be a multiple of block_tokens (" +
+                   std::to_string(l.block_tokens) + ")");
+  if (l.memory == TUTTI_MEMORY_CUDA)
+    fail(TUTTI_EUNSUPPORTED, "CUDA device memory is not supported by this build of tutti (host memory only)");
+  TUTTI_EXPECT(l.memory == TUTTI_MEMORY_HOST, "unknown memory kind " + std::to_string(l.memory));
+  TUTTI_EXPECT(l.k_base != nullptr, "k_base is NULL");
+
+  shape_ = Shape{l.num_layers, l.num_kv_heads, l.head_dim, l.elem_bytes, chunk_tokens};
+  num_blocks_ = l.num_blocks;
+  block_tokens_ = l.block_tokens;
+  block_stride_ = l.block_stride;
+  token_stride_ = l.token_stride;
+  head_stride_ = l.head_stride;
+  const uint64_t row = shape_.row_bytes();
+  TUTTI_EXPECT(head_stride_ >= row || l.num_kv_heads == 1, "head_stride is smaller than a row (head_dim * elem_bytes)");
+  TUTTI_EXPECT(token_stride_ >= row || l.block_tokens == 1, "token_stride is smaller than a row (head_dim * elem_bytes)");
+  TUTTI_EXPECT(block_stride_ >= row, "block_stride is smaller than a row (head_dim * elem_bytes)");
+
+  k_.resize(l.num_layers);
+  v_.resize(l.num_layers);
+  for (uint32_t i = 0; i < l.num_layers; ++i) {
+    TUTTI_EXPECT(l.k_base[i] != nullptr, "k_base[" + std::to_string(i) + "] is NULL");
+    k_[i] = static_cast<std::byte*>(l.k_base[i]);
+    if (l.v_base) {
+      TUTTI_EXPECT(l.v_base[i] != nullptr, "v_base[" + std::to_string(i) + "] is NULL");
+      v_[i] = static_cast<std::byte*>(l.v_base[i]);
+    } else {
+      TUTTI_EXPECT(l.v_offset != 0, "v_base is NULL and v_offset is 0: K and V would overlap");
+      v_[i] = k_[i] + l.v_offset;
+    }
+  }
+
+  // The widest contiguous run the strides allow.
+  const bool heads_packed = l.num_kv_heads == 1 || head_stride_ == row;
+  const bool tokens_packed = heads_packed && (l.block_tokens == 1 || token_stride_ == shape_.token_bytes());
+  run_ = tokens_packed ? Run::kBlock : heads_packed ? Run::kToken : Run::kRow;
+  run_bytes_ = run_ == Run::kBlock ? shape_.token_bytes() * block_tokens_ : run_ == Run::kToken ? shape_.token_bytes() : row;
+
+  bool aligned = is_aligned(run_bytes_, kIoAlign) && is_aligned(block_stride_, kIoAlign) &&
+                 shape_.kv_bytes() == shape_.v_offset();
+  if (run_ != Run::kBlock) aligned = aligned && is_aligned(token_stride_, kIoAlign);
+  if (run_ == Run::kRow) aligned = aligned && is_aligned(head_stride_, kIoAlign);
+  for (uint32_t i = 0; i < l.num_layers && aligned; ++i)
+    aligned = is_aligned(reinterpret_cast<uintptr_t>(k_[i]), kIoAlign) && is_aligned(reinterpret_cast<uintptr_t>(v_[i]), kIoAlign);
+  direct_capable_ = aligned;
+}
+
+void KvBinding::scatter(uint32_t layer, const int32_t* blocks, uint64_t lo, uint64_t hi, const std::byte* staging) const {
+  for_each_run(layer, blocks, lo, hi, [&](const MemRun& r) { std::memcpy(r.addr, staging + (r.obj_off - lo), r.len); });
+}
+
+void KvBinding::gather(uint32_t layer, const int32_t* blocks, uint64_t lo, uint64_t hi, std::byte* staging) const {
+  for_each_run(layer, blocks, lo, hi, [&](const MemRun& r) { std::memcpy(staging + (r.obj_off - lo), r.addr, r.len); });
+}
+
+void KvBinding::iovecs(uint32_t layer, const int32_t* blocks, uint64_t lo, uint64_t hi, std::vector<iovec>& out) const {
+  for_each_run(layer, blocks, lo, hi, [&](const MemRun& r) { out.push_back(iovec{r.addr, r.len}); });
+}
+
+}  // namespace tutti

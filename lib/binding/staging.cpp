@@ -1,0 +1,47 @@
+#include "binding/staging.hpp"
+
+#include <algorithm>
+
+#include "common/units.hpp"
+
+namespace tutti {
+
+Staging::Staging(uint64_t budget, uint64_t buffer_bytes)
+    : buffer_bytes_(align_up(buffer_bytes, 4096)) {
+  count_ = std::max<uint64_t>(1, budget / buffer_bytes_);
+  arena_ = AlignedBuffer(count_ * buffer_bytes_);
+  per_region_ = std::max<uint64_t>(1, (1ull << 30) / buffer_bytes_);
+  for (size_t first = 0; first < count_; first += per_region_) {
+    size_t n = std::min(per_region_, count_ - first);
+    regions_.push_back(iovec{arena_.data() + first * buffer_bytes_, n * buffer_bytes_});
+  }
+  free_.reserve(count_);
+  for (size_t i = count_; i-- > 0;) free_.push_back(static_cast<uint32_t>(i));
+}
+
+Staging::Buffer Staging::acquire() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return !free_.empty(); });
+  uint32_t id = free_.back();
+  free_.pop_back();
+  return Buffer{arena_.data() + uint64_t{id} * buffer_bytes_, static_cast<int>(id / per_region_), id};
+}
+
+bool Staging::try_acquire(Buffer* out) {
+  std::lock_guard lock(mu_);
+  if (free_.empty()) return false;
+  uint32_t id = free_.back();
+  free_.pop_back();
+  *out = Buffer{arena_.data() + uint64_t{id} * buffer_bytes_, static_cast<int>(id / per_region_), id};
+  return true;
+}
+
+void Staging::release(const Buffer& b) {
+  {
+    std::lock_guard lock(mu_);
+    free_.push_back(b.id);
+  }
+  cv_.notify_one();
+}
+
+}  // namespace tutti

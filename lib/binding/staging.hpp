@@ -1,0 +1,50 @@
+// Staging: a fixed budget of aligned host memory cut into equal buffers, handed out one per
+// in-flight I/O. Running out blocks the issuer, which is how the staging budget bounds how far
+// ahead of the consumer reads may run.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "common/fd.hpp"
+
+namespace tutti {
+
+class Staging {
+ public:
+  struct Buffer {
+    std::byte* data = nullptr;
+    int region = -1;  // index of the registered region that holds it
+    uint32_t id = 0;
+  };
+
+  Staging() = default;
+  // `budget` bytes in buffers of `buffer_bytes` (at least one buffer).
+  Staging(uint64_t budget, uint64_t buffer_bytes);
+
+  Buffer acquire();                 // blocks until a buffer is free
+  bool try_acquire(Buffer* out);
+  void release(const Buffer& b);
+
+  uint64_t buffer_bytes() const { return buffer_bytes_; }
+  size_t count() const { return count_; }
+  // Regions to register with io_uring (each at most 1 GiB, whole buffers).
+  const std::vector<iovec>& regions() const { return regions_; }
+
+ private:
+  AlignedBuffer arena_;
+  uint64_t buffer_bytes_ = 0;
+  size_t count_ = 0;
+  size_t per_region_ = 1;
+  std::vector<iovec> regions_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<uint32_t> free_;
+};
+
+}  // namespace tutti

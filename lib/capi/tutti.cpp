@@ -1,0 +1,241 @@
+// The C ABI shim: opaque handles over the C++ runtime. Every entry point runs its body through
+// guard(), which turns exceptions into a tutti_error code and the thread-local message.
+#include "tutti.h"
+
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "common/error.hpp"
+#include "runtime/config.hpp"
+#include "runtime/runtime.hpp"
+#include "scheduler/batch.hpp"
+
+struct tutti_options {
+  tutti::Options impl;
+};
+struct tutti_runtime {
+  std::shared_ptr<tutti::Runtime> impl;
+};
+struct tutti_batch {
+  std::unique_ptr<tutti::Batch> impl;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+template <class Fn>
+int guard(Fn&& fn) noexcept {
+  try {
+    last_error.clear();
+    fn();
+    return TUTTI_OK;
+  } catch (const tutti::Error& e) {
+    last_error = e.what();
+    return e.code();
+  } catch (const std::bad_alloc&) {
+    last_error = "out of host memory";
+    return TUTTI_ENOMEM;
+  } catch (const std::exception& e) {
+    last_error = std::string("internal error: ") + e.what();
+    return TUTTI_EINTERNAL;
+  } catch (...) {
+    last_error = "internal error";
+    return TUTTI_EINTERNAL;
+  }
+}
+
+void need(const void* p, const char* what) {
+  if (!p) tutti::fail(TUTTI_EINVAL, std::string(what) + " is NULL");
+}
+
+}  // namespace
+
+extern "C" {
+
+unsigned tutti_version_number(void) { return TUTTI_VERSION_NUMBER; }
+
+const char* tutti_version_string(void) {
+#define TUTTI_STR2(x) #x
+#define TUTTI_STR(x) TUTTI_STR2(x)
+  return TUTTI_STR(TUTTI_VERSION_MAJOR) "." TUTTI_STR(TUTTI_VERSION_MINOR) "." TUTTI_STR(TUTTI_VERSION_PATCH);
+}
+
+const char* tutti_strerror(int code) {
+  switch (code) {
+    case TUTTI_OK: return "success";
+    case TUTTI_EINVAL: return "invalid argument";
+    case TUTTI_ENOMEM: return "out of host memory";
+    case TUTTI_EIO: return "storage I/O error";
+    case TUTTI_ENOSPC: return "pool or disk full";
+    case TUTTI_ENOENT: return "chunk not in the pool";
+    case TUTTI_ELAYOUT: return "pool made for another KV layout";
+    case TUTTI_ECORRUPT: return "on-disk data failed its checksum";
+    case TUTTI_ESTATE: return "call not valid in the current state";
+    case TUTTI_EUNSUPPORTED: return "not supported by this build or machine";
+    case TUTTI_EACCES: return "pool path cannot be opened or created";
+    case TUTTI_EINTERNAL: return "internal error";
+    case TUTTI_EBUSY: return "pool in use by another runtime";
+    default: return "unknown error code";
+  }
+}
+
+const char* tutti_last_error(void) { return last_error.c_str(); }
+
+int tutti_options_create(tutti_options** out) {
+  return guard([&] {
+    need(out, "out");
+    *out = new tutti_options();
+  });
+}
+
+void tutti_options_destroy(tutti_options* opts) { delete opts; }
+
+int tutti_options_set(tutti_options* opts, const char* key, const char* value) {
+  return guard([&] {
+    need(opts, "opts");
+    need(key, "key");
+    need(value, "value");
+    opts->impl.set(key, value);
+  });
+}
+
+int tutti_runtime_open(const tutti_options* opts, tutti_runtime** out) {
+  return guard([&] {
+    need(out, "out");
+    *out = nullptr;
+    tutti::Options defaults;
+    auto cfg = (opts ? opts->impl : defaults).resolve();
+    auto rt = std::make_unique<tutti_runtime>();
+    rt->impl = std::make_shared<tutti::Runtime>(std::move(cfg));
+    *out = rt.release();
+  });
+}
+
+void tutti_runtime_close(tutti_runtime* rt) { delete rt; }
+
+const char* tutti_runtime_backend(const tutti_runtime* rt) { return rt ? rt->impl->backend_name() : ""; }
+
+int tutti_kv_layout_init(tutti_kv_layout* l, uint32_t num_layers, uint32_t num_blocks, uint32_t block_tokens,
+                         uint32_t num_kv_heads, uint32_t head_dim, uint32_t elem_bytes, int hnd) {
+  return guard([&] {
+    need(l, "layout");
+    TUTTI_EXPECT(hnd == 0 || hnd == 1, "hnd must be 0 or 1");
+    std::memset(l, 0, sizeof *l);
+    l->struct_size = sizeof *l;
+    l->num_layers = num_layers;
+    l->num_blocks = num_blocks;
+    l->block_tokens = block_tokens;
+    l->num_kv_heads = num_kv_heads;
+    l->head_dim = head_dim;
+    l->elem_bytes = elem_bytes;
+    l->memory = TUTTI_MEMORY_HOST;
+    const uint64_t row = uint64_t{head_dim} * elem_bytes;
+    l->block_stride = row * num_kv_heads * block_tokens;
+    l->token_stride = hnd ? row : row * num_kv_heads;
+    l->head_stride = hnd ? row * block_tokens : row;
+  });
+}
+
+int tutti_runtime_register_kv(tutti_runtime* rt, const tutti_kv_layout* layout) {
+  return guard([&] {
+    need(rt, "rt");
+    need(layout, "layout");
+    rt->impl->register_kv(*layout);
+  });
+}
+
+int tutti_lookup(tutti_runtime* rt, const int32_t* tokens, size_t num_tokens, const void* salt, size_t salt_len,
+                 size_t* cached_tokens) {
+  return guard([&] {
+    need(rt, "rt");
+    need(cached_tokens, "cached_tokens");
+    *cached_tokens = 0;
+    *cached_tokens = rt->impl->lookup(tokens, num_tokens, salt, salt_len);
+  });
+}
+
+int tutti_batch_create(tutti_runtime* rt, tutti_op op, tutti_batch** out) {
+  return guard([&] {
+    need(rt, "rt");
+    need(out, "out");
+    *out = nullptr;
+    auto b = std::make_unique<tutti_batch>();
+    b->impl = std::make_unique<tutti::Batch>(rt->impl, op);
+    *out = b.release();
+  });
+}
+
+int tutti_batch_add(tutti_batch* b, const tutti_request* reqs, size_t n) {
+  return guard([&] {
+    need(b, "batch");
+    b->impl->add(reqs, n);
+  });
+}
+
+int tutti_batch_submit(tutti_batch* b) {
+  return guard([&] {
+    need(b, "batch");
+    b->impl->submit();
+  });
+}
+
+int tutti_batch_wait_layer(tutti_batch* b, uint32_t layer) {
+  return guard([&] {
+    need(b, "batch");
+    b->impl->wait_layer(layer);
+  });
+}
+
+int tutti_batch_wait(tutti_batch* b) {
+  int rc = TUTTI_OK;
+  int g = guard([&] {
+    need(b, "batch");
+    rc = b->impl->wait();
+  });
+  if (g) return g;
+  if (rc) last_error = std::string("a request of the batch failed: ") + tutti_strerror(rc) + " (see tutti_batch_result)";
+  return rc;
+}
+
+int tutti_batch_result(const tutti_batch* b, size_t request, tutti_result* out) {
+  return guard([&] {
+    need(b, "batch");
+    need(out, "out");
+    *out = b->impl->result(request);
+  });
+}
+
+int tutti_batch_chunk_status(const tutti_batch* b, size_t request, int* status, size_t cap, size_t* n) {
+  return guard([&] {
+    need(b, "batch");
+    need(n, "n");
+    *n = b->impl->chunk_status(request, status, cap);
+  });
+}
+
+void tutti_batch_destroy(tutti_batch* b) { delete b; }
+
+int tutti_runtime_stats(const tutti_runtime* rt, tutti_stats* out) {
+  return guard([&] {
+    need(rt, "rt");
+    need(out, "out");
+    TUTTI_EXPECT(out->struct_size == sizeof(tutti_stats), "tutti_stats.struct_size must be sizeof(tutti_stats)");
+    *out = rt->impl->stats();
+  });
+}
+
+int tutti_runtime_layer_wait_ns(const tutti_runtime* rt, uint64_t* ns, size_t cap, size_t* n) {
+  return guard([&] {
+    need(rt, "rt");
+    need(n, "n");
+    TUTTI_EXPECT(ns != nullptr || cap == 0, "ns is NULL");
+    auto v = rt->impl->layer_wait_ns();
+    *n = std::min(cap, v.size());
+    std::copy_n(v.begin(), *n, ns);
+  });
+}
+
+}  // extern "C"

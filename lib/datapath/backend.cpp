@@ -1,0 +1,38 @@
+#include "datapath/backend.hpp"
+
+#include "common/error.hpp"
+
+namespace tutti {
+
+void remaining_iovecs(IoOp& op) {
+  op.rest.clear();
+  if (op.iov == nullptr) {
+    op.rest.push_back(iovec{op.buf + op.done, op.length - op.done});
+    return;
+  }
+  uint64_t skip = op.done;
+  for (int i = 0; i < op.iovcnt; ++i) {
+    iovec v = op.iov[i];
+    if (skip >= v.iov_len) {
+      skip -= v.iov_len;
+      continue;
+    }
+    v.iov_base = static_cast<char*>(v.iov_base) + skip;
+    v.iov_len -= skip;
+    skip = 0;
+    op.rest.push_back(v);
+  }
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, const BackendConfig& cfg) {
+  if (name == "posix") return make_posix_backend(cfg);
+  if (name == "uring" || name == "auto") {
+    std::string why = uring_unavailable_reason();
+    if (why.empty()) return make_uring_backend(cfg);
+    if (name == "uring") fail(TUTTI_EUNSUPPORTED, "backend uring: " + why);
+    return make_posix_backend(cfg);
+  }
+  fail(TUTTI_EINVAL, "unknown backend '" + name + "' (known: auto, uring, posix)");
+}
+
+}  // namespace tutti

@@ -1,0 +1,70 @@
+// DataPath: backends that move bytes between pool files and host memory. A backend executes
+// IoOps asynchronously on its own threads; the op's hooks run on those threads, so gather,
+// scatter and checksums are spread over the I/O threads instead of the submitter.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tutti {
+
+class IoOp {
+ public:
+  virtual ~IoOp() = default;
+  // Runs on an I/O thread just before the I/O (a store gathers its bytes here).
+  virtual void prepare() {}
+  // Runs on an I/O thread when the I/O is over: res = bytes moved (== length) or -errno.
+  virtual void complete(int64_t res) = 0;
+
+  uint32_t file = 0;  // index into the backend's file table
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  bool write = false;
+  // The memory: one buffer (buf_index >= 0 if it lies in registered staging) or iovecs.
+  std::byte* buf = nullptr;
+  int buf_index = -1;
+  const iovec* iov = nullptr;
+  int iovcnt = 0;
+
+  // Backend bookkeeping for short transfers.
+  uint64_t done = 0;
+  std::vector<iovec> rest;
+};
+
+struct BackendConfig {
+  std::vector<int> fds;                // pool files, indexed by IoOp::file
+  std::vector<iovec> staging;          // regions to register (io_uring fixed buffers)
+  unsigned rings = 4;                  // uring: rings, each with its own thread
+  unsigned queue_depth = 64;           // uring: I/Os in flight per ring
+  unsigned threads = 16;               // posix: worker threads
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  // Queues ops; each completes exactly once through IoOp::complete.
+  virtual void submit(std::span<IoOp* const> ops) = 0;
+  // What the backend set up, for `tutti info` and the bench.
+  virtual std::string describe() const = 0;
+};
+
+// "" when io_uring works here, else why not.
+std::string uring_unavailable_reason();
+
+// name: "auto", "uring" or "posix". Throws EUNSUPPORTED with the reason when a named backend
+// cannot work here, EINVAL for an unknown name.
+std::unique_ptr<Backend> make_backend(const std::string& name, const BackendConfig& cfg);
+std::unique_ptr<Backend> make_posix_backend(const BackendConfig& cfg);
+std::unique_ptr<Backend> make_uring_backend(const BackendConfig& cfg);
+
+// Moves as much of [op.done, op.length) as one call can: the remainder as iovecs.
+void remaining_iovecs(IoOp& op);
+
+}  // namespace tutti

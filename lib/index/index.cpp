@@ -1,0 +1,154 @@
+#include "index/index.hpp"
+
+#include <algorithm>
+
+namespace tutti {
+
+Index::Index(uint64_t slots) : slots_(slots) {
+  free_.reserve(slots);
+  for (uint64_t s = slots; s-- > 0;) free_.push_back(s);
+}
+
+std::vector<uint64_t> Index::recover(std::vector<Record> records) {
+  std::lock_guard lock(mu_);
+  // Oldest first, so LRU order follows commit order and the newest duplicate wins.
+  std::sort(records.begin(), records.end(), [](const Record& a, const Record& b) { return a.generation < b.generation; });
+  std::vector<uint64_t> stale;
+  for (Record& r : records) {
+    if (r.slot >= slots_.size()) continue;
+    if (auto it = map_.find(r.key); it != map_.end()) {
+      Slot& old = slots_[it->second];
+      lru_.erase(old.lru);
+      old.state = State::kFree;
+      stale.push_back(it->second);
+      map_.erase(it);
+    }
+    Slot& s = slots_[r.slot];
+    s.state = State::kCommitted;
+    s.key = r.key;
+    s.generation = r.generation;
+    s.sums = std::move(r.layer_sums);
+    lru_.push_front(r.slot);
+    s.lru = lru_.begin();
+    map_[r.key] = r.slot;
+    next_generation_ = std::max(next_generation_, r.generation + 1);
+  }
+  free_.clear();
+  for (uint64_t s = slots_.size(); s-- > 0;)
+    if (slots_[s].state == State::kFree) free_.push_back(s);
+  return stale;
+}
+
+void Index::touch(uint64_t slot) {
+  Slot& s = slots_[slot];
+  if (s.state == State::kCommitted && s.pins == 0) lru_.splice(lru_.begin(), lru_, s.lru);
+}
+
+size_t Index::match_prefix(const std::vector<Key>& keys) {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (const Key& k : keys) {
+    auto it = map_.find(k);
+    if (it == map_.end() || slots_[it->second].state != State::kCommitted) break;
+    touch(it->second);
+    ++n;
+  }
+  return n;
+}
+
+std::optional<uint64_t> Index::pin(const Key& key) {
+  std::lock_guard lock(mu_);
+  auto it = map_.find(key);
+  if (it == map_.end() || slots_[it->second].state != State::kCommitted) return std::nullopt;
+  Slot& s = slots_[it->second];
+  if (s.pins++ == 0) lru_.erase(s.lru);
+  return it->second;
+}
+
+void Index::unpin(uint64_t slot) {
+  std::lock_guard lock(mu_);
+  Slot& s = slots_[slot];
+  if (s.pins > 0 && --s.pins == 0) {
+    lru_.push_front(slot);
+    s.lru = lru_.begin();
+  }
+}
+
+void Index::evict(uint64_t slot) {
+  Slot& s = slots_[slot];
+  map_.erase(s.key);
+  lru_.erase(s.lru);
+  s.state = State::kFree;
+  s.sums.clear();
+  ++evictions_;
+}
+
+Index::Allocation Index::allocate(const Key& key) {
+  std::lock_guard lock(mu_);
+  Allocation a;
+  if (auto it = map_.find(key); it != map_.end()) {
+    a.claim = Claim::kPresent;
+    a.slot = it->second;
+    touch(it->second);
+    return a;
+  }
+  if (!free_.empty()) {
+    a.slot = free_.back();
+    free_.pop_back();
+  } else if (!lru_.empty()) {
+    a.slot = lru_.back();
+    evict(a.slot);
+    a.reused = true;
+  } else {
+    return a;  // kFull: everything is being written or pinned
+  }
+  Slot& s = slots_[a.slot];
+  s.state = State::kWriting;
+  s.key = key;
+  map_[key] = a.slot;
+  a.claim = Claim::kAllocated;
+  return a;
+}
+
+uint64_t Index::next_generation() {
+  std::lock_guard lock(mu_);
+  return next_generation_++;
+}
+
+void Index::commit(uint64_t slot, uint64_t generation, std::vector<uint64_t> sums) {
+  std::lock_guard lock(mu_);
+  Slot& s = slots_[slot];
+  s.state = State::kCommitted;
+  s.generation = generation;
+  s.sums = std::move(sums);
+  lru_.push_front(slot);
+  s.lru = lru_.begin();
+}
+
+void Index::abandon(uint64_t slot) {
+  std::lock_guard lock(mu_);
+  Slot& s = slots_[slot];
+  if (s.state != State::kWriting) return;
+  map_.erase(s.key);
+  s.state = State::kFree;
+  free_.push_back(slot);
+}
+
+uint64_t Index::used() const {
+  std::lock_guard lock(mu_);
+  return slots_.size() - free_.size();
+}
+
+uint64_t Index::committed() const {
+  std::lock_guard lock(mu_);
+  uint64_t n = 0;
+  for (auto& s : slots_) n += s.state == State::kCommitted;
+  return n;
+}
+
+uint64_t Index::evictions() const {
+  std::lock_guard lock(mu_);
+  return evictions_;
+}
+
+}  // namespace tutti

@@ -1,0 +1,80 @@
+// The index: chunk key -> slot, with LRU eviction under capacity pressure.
+// A slot is Free, Writing (allocated to a store; invisible to lookups) or Committed. Loads pin
+// committed slots; a pinned slot is never evicted, so an object being read is never
+// overwritten. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "index/key.hpp"
+#include "pool/format.hpp"
+
+namespace tutti {
+
+class Index {
+ public:
+  explicit Index(uint64_t slots);
+
+  // Rebuilds from commit records (newest generation wins for a duplicated key). Returns the
+  // slots whose records lost to a newer duplicate, which the caller should tombstone.
+  std::vector<uint64_t> recover(std::vector<Record> records);
+
+  // How many of `keys` (from the first) are committed; marks them recently used.
+  size_t match_prefix(const std::vector<Key>& keys);
+
+  // Pins the committed slot of `key`; nullopt if absent.
+  std::optional<uint64_t> pin(const Key& key);
+  void unpin(uint64_t slot);
+  // Layer checksums of a committed or pinned slot.
+  const std::vector<uint64_t>& layer_sums(uint64_t slot) const { return slots_[slot].sums; }
+
+  enum class Claim { kAllocated, kPresent, kFull };
+  struct Allocation {
+    Claim claim = Claim::kFull;
+    uint64_t slot = 0;
+    bool reused = false;  // the slot held an evicted chunk: tombstone it before writing
+  };
+  // Claims a slot to store `key`: kPresent if committed or being written already, else a free
+  // slot or the least recently used unpinned committed one (evicted now), else kFull.
+  Allocation allocate(const Key& key);
+  // A fresh generation number for the commit record of a written slot.
+  uint64_t next_generation();
+  // Makes a written slot visible once its record is durable.
+  void commit(uint64_t slot, uint64_t generation, std::vector<uint64_t> sums);
+  // Gives back a slot whose write failed.
+  void abandon(uint64_t slot);
+
+  uint64_t slots() const { return slots_.size(); }
+  uint64_t used() const;
+  uint64_t committed() const;
+  uint64_t evictions() const;
+
+ private:
+  enum class State : uint8_t { kFree, kWriting, kCommitted };
+  struct Slot {
+    State state = State::kFree;
+    uint32_t pins = 0;
+    Key key;
+    uint64_t generation = 0;
+    std::vector<uint64_t> sums;
+    std::list<uint64_t>::iterator lru;  // valid while committed and unpinned
+  };
+
+  void touch(uint64_t slot);  // requires mu_
+  void evict(uint64_t slot);  // requires mu_
+
+  mutable std::mutex mu_;
+  std::vector<Slot> slots_;
+  std::unordered_map<Key, uint64_t, KeyHash> map_;  // committed and writing keys
+  std::vector<uint64_t> free_;                      // stack; lowest slots handed out first
+  std::list<uint64_t> lru_;                         // front = most recent, unpinned only
+  uint64_t next_generation_ = 1;
+  uint64_t evictions_ = 0;
+};
+
+}  // namespace tutti

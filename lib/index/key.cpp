@@ -1,0 +1,75 @@
+#include "index/key.hpp"
+
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
+#include <xxhash.h>
+
+#include <cstring>
+
+namespace tutti {
+namespace {
+
+// Distinct seeds keep a root key from ever equalling a chunk key of the same bytes.
+constexpr uint64_t kRootSeed = 0x7475747469726f6full;   // "tuttiroo"
+constexpr uint64_t kChunkSeed = 0x74757474696b6579ull;  // "tuttikey"
+
+Key from_xxh(XXH128_hash_t h) { return Key{h.low64, h.high64}; }
+
+void put_u64(XXH3_state_t* s, uint64_t v) {
+  unsigned char b[8];
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>(v >> (8 * i));
+  XXH3_128bits_update(s, b, 8);
+}
+
+}  // namespace
+
+Key root_key(std::string_view ns, const void* salt, size_t salt_len) {
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_state_t* s = &state;
+  XXH3_128bits_reset_withSeed(s, kRootSeed);
+  put_u64(s, ns.size());
+  XXH3_128bits_update(s, ns.data(), ns.size());
+  put_u64(s, salt_len);
+  if (salt_len) XXH3_128bits_update(s, salt, salt_len);
+  return from_xxh(XXH3_128bits_digest(s));
+}
+
+Key chunk_key(const Key& parent, const int32_t* tokens, size_t count) {
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_state_t* s = &state;
+  XXH3_128bits_reset_withSeed(s, kChunkSeed);
+  put_u64(s, parent.lo);
+  put_u64(s, parent.hi);
+  // Token ids are hashed as little-endian int32 so keys match across hosts.
+  unsigned char buf[4 * 256];
+  size_t i = 0;
+  while (i < count) {
+    size_t n = 0;
+    for (; n < 256 && i < count; ++n, ++i) {
+      uint32_t t = static_cast<uint32_t>(tokens[i]);
+      buf[4 * n + 0] = static_cast<unsigned char>(t);
+      buf[4 * n + 1] = static_cast<unsigned char>(t >> 8);
+      buf[4 * n + 2] = static_cast<unsigned char>(t >> 16);
+      buf[4 * n + 3] = static_cast<unsigned char>(t >> 24);
+    }
+    XXH3_128bits_update(s, buf, 4 * n);
+  }
+  return from_xxh(XXH3_128bits_digest(s));
+}
+
+std::vector<Key> chunk_keys(const Key& root, const int32_t* tokens, size_t num_tokens,
+                            size_t chunk_tokens, size_t max_chunks) {
+  std::vector<Key> keys;
+  size_t n = num_tokens / chunk_tokens;
+  if (n > max_chunks) n = max_chunks;
+  keys.reserve(n);
+  Key parent = root;
+  for (size_t c = 0; c < n; ++c) {
+    parent = chunk_key(parent, tokens + c * chunk_tokens, chunk_tokens);
+    keys.push_back(parent);
+  }
+  return keys;
+}
+
+}  // namespace tutti

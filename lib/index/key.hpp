@@ -1,0 +1,31 @@
+// Chunk keys: a chain of 128-bit xxh3 hashes, key[i] = H(key[i-1], tokens of chunk i), with
+// key[-1] = H(namespace, salt). A key names its whole prefix, so a hit is always a prefix hit.
+// Keys depend only on their inputs (no per-process seed) and are stable across restarts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+namespace tutti {
+
+struct Key {
+  uint64_t lo = 0;
+  uint64_t hi = 0;
+  bool operator==(const Key&) const = default;
+};
+
+struct KeyHash {
+  size_t operator()(const Key& k) const noexcept { return static_cast<size_t>(k.lo ^ (k.hi * 0x9E3779B97F4A7C15ull)); }
+};
+
+Key root_key(std::string_view ns, const void* salt, size_t salt_len);
+Key chunk_key(const Key& parent, const int32_t* tokens, size_t count);
+
+// Keys of the first `max_chunks` full chunks of a prompt.
+std::vector<Key> chunk_keys(const Key& root, const int32_t* tokens, size_t num_tokens,
+                            size_t chunk_tokens, size_t max_chunks = SIZE_MAX);
+
+}  // namespace tutti

@@ -1,0 +1,170 @@
+#include "pool/format.hpp"
+
+#include <xxhash.h>
+
+#include <cstdio>
+#include <cstring>
+
+namespace tutti {
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the pool format is little-endian");
+
+constexpr char kSuperMagic[8] = {'T', 'U', 'T', 'T', 'I', 'P', 'L', '\0'};
+constexpr char kRecordMagic[8] = {'T', 'U', 'T', 'T', 'I', 'C', 'R', '\0'};
+constexpr size_t kBlock = 4096;
+
+// Little helpers that write/read at a cursor; the layout is spelled out in docs/format.md.
+struct Writer {
+  uint8_t* p;
+  template <class T>
+  void put(T v) {
+    std::memcpy(p, &v, sizeof v);
+    p += sizeof v;
+  }
+  void bytes(const void* b, size_t n) {
+    std::memcpy(p, b, n);
+    p += n;
+  }
+};
+struct Reader {
+  const uint8_t* p;
+  template <class T>
+  T get() {
+    T v;
+    std::memcpy(&v, p, sizeof v);
+    p += sizeof v;
+    return v;
+  }
+  void bytes(void* b, size_t n) {
+    std::memcpy(b, p, n);
+    p += n;
+  }
+};
+
+// The checksum covers the whole 4 KiB block with its own 8-byte field (at `at`) zeroed.
+uint64_t block_sum(const uint8_t* block, size_t at) {
+  uint8_t copy[kBlock];
+  std::memcpy(copy, block, kBlock);
+  std::memset(copy + at, 0, 8);
+  return XXH3_64bits(copy, kBlock);
+}
+
+bool all_zero(const uint8_t* p, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (p[i]) return false;
+  return true;
+}
+
+constexpr size_t kSuperSumAt = 8 + 4 + 4;  // after magic, version, header bytes
+constexpr size_t kRecordSumAt = 8 + 4 + 4;
+
+}  // namespace
+
+uint64_t checksum64(const void* data, size_t len) { return XXH3_64bits(data, len); }
+
+std::string uuid_string(const Uuid& u) {
+  char s[40];
+  std::snprintf(s, sizeof s, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+                u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  return s;
+}
+
+void encode_superblock(const Superblock& sb, uint8_t* out) {
+  std::memset(out, 0, kBlock);
+  Writer w{out};
+  w.bytes(kSuperMagic, 8);
+  w.put<uint32_t>(kFormatVersion);
+  w.put<uint32_t>(kBlock);
+  w.put<uint64_t>(0);  // checksum, filled below
+  w.bytes(sb.uuid.data(), 16);
+  w.put<uint32_t>(sb.file_index);
+  w.put<uint32_t>(sb.file_count);
+  w.put<uint32_t>(sb.shape.layers);
+  w.put<uint32_t>(sb.shape.heads);
+  w.put<uint32_t>(sb.shape.head_dim);
+  w.put<uint32_t>(sb.shape.elem_bytes);
+  w.put<uint32_t>(sb.shape.chunk_tokens);
+  w.put<uint32_t>(0);
+  w.put<uint64_t>(sb.shape.layer_bytes());
+  w.put<uint64_t>(sb.shape.slot_bytes());
+  w.put<uint64_t>(sb.slots_per_file);
+  w.put<uint64_t>(sb.file_bytes);
+  uint64_t sum = block_sum(out, kSuperSumAt);
+  std::memcpy(out + kSuperSumAt, &sum, 8);
+}
+
+DecodeStatus decode_superblock(const uint8_t* in, Superblock* sb) {
+  if (all_zero(in, kBlock)) return DecodeStatus::kBlank;
+  Reader r{in};
+  char magic[8];
+  r.bytes(magic, 8);
+  if (std::memcmp(magic, kSuperMagic, 8) != 0) return DecodeStatus::kBadMagic;
+  uint32_t version = r.get<uint32_t>();
+  r.get<uint32_t>();
+  uint64_t sum = r.get<uint64_t>();
+  if (sum != block_sum(in, kSuperSumAt)) return DecodeStatus::kBadChecksum;
+  if (version != kFormatVersion) return DecodeStatus::kBadVersion;
+  r.bytes(sb->uuid.data(), 16);
+  sb->file_index = r.get<uint32_t>();
+  sb->file_count = r.get<uint32_t>();
+  sb->shape.layers = r.get<uint32_t>();
+  sb->shape.heads = r.get<uint32_t>();
+  sb->shape.head_dim = r.get<uint32_t>();
+  sb->shape.elem_bytes = r.get<uint32_t>();
+  sb->shape.chunk_tokens = r.get<uint32_t>();
+  r.get<uint32_t>();
+  uint64_t layer_bytes = r.get<uint64_t>();
+  uint64_t slot_bytes = r.get<uint64_t>();
+  sb->slots_per_file = r.get<uint64_t>();
+  sb->file_bytes = r.get<uint64_t>();
+  // Derived sizes are stored too, so a change in the layout rules is caught, not misread.
+  if (layer_bytes != sb->shape.layer_bytes() || slot_bytes != sb->shape.slot_bytes()) return DecodeStatus::kBadVersion;
+  return DecodeStatus::kOk;
+}
+
+void encode_record(const Uuid& pool, const Record& rec, uint8_t* out) {
+  std::memset(out, 0, kBlock);
+  Writer w{out};
+  w.bytes(kRecordMagic, 8);
+  w.put<uint32_t>(kFormatVersion);
+  w.put<uint32_t>(static_cast<uint32_t>(rec.layer_sums.size()));
+  w.put<uint64_t>(0);  // checksum
+  w.bytes(pool.data(), 16);
+  w.put<uint64_t>(rec.slot);
+  w.put<uint64_t>(rec.generation);
+  w.put<uint64_t>(rec.key.lo);
+  w.put<uint64_t>(rec.key.hi);
+  for (uint64_t s : rec.layer_sums) w.put<uint64_t>(s);
+  uint64_t sum = block_sum(out, kRecordSumAt);
+  std::memcpy(out + kRecordSumAt, &sum, 8);
+}
+
+void encode_tombstone(uint8_t* out) { std::memset(out, 0, kBlock); }
+
+DecodeStatus decode_record(const uint8_t* in, const Uuid& pool, uint64_t expect_slot, uint32_t layers,
+                           Record* rec) {
+  if (all_zero(in, 8)) return DecodeStatus::kBlank;
+  Reader r{in};
+  char magic[8];
+  r.bytes(magic, 8);
+  if (std::memcmp(magic, kRecordMagic, 8) != 0) return DecodeStatus::kBadMagic;
+  uint32_t version = r.get<uint32_t>();
+  uint32_t n = r.get<uint32_t>();
+  uint64_t sum = r.get<uint64_t>();
+  if (sum != block_sum(in, kRecordSumAt)) return DecodeStatus::kBadChecksum;
+  if (version != kFormatVersion || n != layers) return DecodeStatus::kBadVersion;
+  Uuid u;
+  r.bytes(u.data(), 16);
+  rec->slot = r.get<uint64_t>();
+  // A record of an older pool at this path, or one written for another slot, is not ours.
+  if (u != pool || rec->slot != expect_slot) return DecodeStatus::kBadMagic;
+  rec->generation = r.get<uint64_t>();
+  rec->key.lo = r.get<uint64_t>();
+  rec->key.hi = r.get<uint64_t>();
+  rec->layer_sums.resize(n);
+  for (auto& s : rec->layer_sums) s = r.get<uint64_t>();
+  return DecodeStatus::kOk;
+}
+
+}  // namespace tutti

@@ -1,0 +1,53 @@
+// The on-disk format of pool files (see docs/format.md): a superblock per file and one
+// checksummed commit record per slot. All integers little-endian.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "index/key.hpp"
+#include "resolver/layout.hpp"
+
+namespace tutti {
+
+constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kMaxLayers = 500;  // a commit record holds one checksum per layer
+
+using Uuid = std::array<uint8_t, 16>;
+
+struct Superblock {
+  Uuid uuid{};
+  uint32_t file_index = 0;
+  uint32_t file_count = 1;
+  Shape shape;
+  uint64_t slots_per_file = 0;
+  uint64_t file_bytes = 0;
+};
+
+// A committed chunk: slot `slot` holds the object with `key`; layer_sums[l] is the xxh3-64 of
+// layer l's extent. `generation` orders commits (the newest wins if a key appears twice).
+struct Record {
+  uint64_t slot = 0;
+  uint64_t generation = 0;
+  Key key;
+  std::vector<uint64_t> layer_sums;
+};
+
+enum class DecodeStatus { kOk, kBlank, kBadMagic, kBadChecksum, kBadVersion };
+
+// Encoders fill exactly 4096 bytes; decoders never trust a field before the checksum holds.
+void encode_superblock(const Superblock& sb, uint8_t* out4k);
+DecodeStatus decode_superblock(const uint8_t* in4k, Superblock* out);
+
+void encode_record(const Uuid& pool, const Record& r, uint8_t* out4k);
+void encode_tombstone(uint8_t* out4k);  // a free slot: all zeros
+DecodeStatus decode_record(const uint8_t* in4k, const Uuid& pool, uint64_t expect_slot,
+                           uint32_t layers, Record* out);
+
+uint64_t checksum64(const void* data, size_t len);
+std::string uuid_string(const Uuid& u);
+
+}  // namespace tutti

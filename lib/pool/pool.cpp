@@ -1,0 +1,281 @@
+#include "pool/pool.hpp"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "common/units.hpp"
+
+namespace tutti {
+namespace {
+
+void pread_full(const PoolFile& f, void* buf, size_t len, uint64_t off) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = ::pread(f.fd.get(), static_cast<char*>(buf) + done, len - done, static_cast<off_t>(off + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail_errno(errno, "read " + f.path);
+    if (n == 0) fail(TUTTI_ECORRUPT, f.path + " is shorter than its pool header says");
+    done += static_cast<size_t>(n);
+  }
+}
+
+void pwrite_full(const PoolFile& f, const void* buf, size_t len, uint64_t off) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = ::pwrite(f.fd.get(), static_cast<const char*>(buf) + done, len - done, static_cast<off_t>(off + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail_errno(errno, "write " + f.path);
+    done += static_cast<size_t>(n);
+  }
+}
+
+PoolFile open_file(const std::string& path, bool create) {
+  PoolFile f;
+  f.path = path;
+  int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
+  int fd = ::open(path.c_str(), flags | O_DIRECT, 0644);
+  if (fd < 0 && errno == EINVAL) {  // tmpfs and a few others: no O_DIRECT
+    fd = ::open(path.c_str(), flags, 0644);
+    f.direct = false;
+  }
+  if (fd < 0) fail_errno(errno, "cannot open pool file " + path);
+  f.fd = Fd(fd);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) fail(TUTTI_EBUSY, "pool file " + path + " is in use by another tutti runtime");
+    fail_errno(errno, "cannot lock pool file " + path);
+  }
+  return f;
+}
+
+uint64_t file_size(const PoolFile& f) {
+  struct stat st;
+  if (::fstat(f.fd.get(), &st) != 0) fail_errno(errno, "stat " + f.path);
+  if (S_ISBLK(st.st_mode)) {
+    uint64_t bytes = 0;
+    if (::ioctl(f.fd.get(), BLKGETSIZE64, &bytes) != 0) fail_errno(errno, "size of " + f.path);
+    return bytes;
+  }
+  return static_cast<uint64_t>(st.st_size);
+}
+
+bool is_block_device(const PoolFile& f) {
+  struct stat st;
+  return ::fstat(f.fd.get(), &st) == 0 && S_ISBLK(st.st_mode);
+}
+
+// Reads the superblock; kBlank for an empty file.
+DecodeStatus read_superblock(const PoolFile& f, Superblock* sb) {
+  if (file_size(f) < Geometry::kSuperblockBytes) return DecodeStatus::kBlank;
+  AlignedBuffer buf(Geometry::kSuperblockBytes);
+  pread_full(f, buf.data(), Geometry::kSuperblockBytes, 0);
+  return decode_superblock(reinterpret_cast<const uint8_t*>(buf.data()), sb);
+}
+
+void check_superblock(DecodeStatus st, const std::string& path) {
+  switch (st) {
+    case DecodeStatus::kOk:
+      return;
+    case DecodeStatus::kBadMagic:
+      fail(TUTTI_ECORRUPT, path + " is not a tutti pool (no pool magic); refusing to overwrite it");
+    case DecodeStatus::kBadChecksum:
+      fail(TUTTI_ECORRUPT, path + ": pool superblock checksum mismatch");
+    case DecodeStatus::kBadVersion:
+      fail(TUTTI_ECORRUPT, path + ": pool format version not supported by this tutti");
+    case DecodeStatus::kBlank:
+      fail(TUTTI_ECORRUPT, path + " is empty: not a tutti pool");
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Pool> Pool::open(const PoolOptions& opts, const Shape& shape) {
+  TUTTI_EXPECT(!opts.uris.empty(), "no pool location given");
+  TUTTI_EXPECT(shape.layers > 0 && shape.layers <= kMaxLayers,
+               "num_layers must be 1.." + std::to_string(kMaxLayers));
+  std::unique_ptr<Pool> pool(new Pool());
+  const size_t n = opts.uris.size();
+
+  // Which files are already pools, which are blank?
+  std::vector<Superblock> sbs(n);
+  std::vector<bool> blank(n);
+  size_t existing = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& path = opts.uris[i].path;
+    struct stat st;
+    bool exists = ::stat(path.c_str(), &st) == 0;
+    if (!exists && !opts.create) fail(TUTTI_EACCES, "pool file " + path + " does not exist (create=0)");
+    pool->files_.push_back(open_file(path, opts.create));
+    DecodeStatus status = read_superblock(pool->files_[i], &sbs[i]);
+    blank[i] = status == DecodeStatus::kBlank;
+    if (!blank[i]) {
+      check_superblock(status, path);
+      ++existing;
+    }
+  }
+
+  if (existing == 0) {
+    TUTTI_EXPECT_CODE(opts.create, TUTTI_EACCES, "pool is blank and create=0");
+    // New pool: every file gets the same number of slots.
+    size_t unsized = 0;
+    for (auto& u : opts.uris) unsized += u.size == 0;
+    uint64_t share = unsized ? opts.capacity / unsized : 0;
+    uint64_t spf = UINT64_MAX;
+    for (size_t i = 0; i < n; ++i) {
+      uint64_t want = opts.uris[i].size ? opts.uris[i].size : share;
+      if (is_block_device(pool->files_[i])) want = std::min<uint64_t>(want ? want : UINT64_MAX, file_size(pool->files_[i]));
+      spf = std::min(spf, Geometry::slots_for(shape, want));
+    }
+    if (spf == 0)
+      fail(TUTTI_EINVAL, "pool capacity is too small for one chunk: a slot of " + shape.describe() + " needs " +
+                             format_bytes(shape.slot_bytes() + Geometry::kRecordBytes) + " per file");
+    pool->geometry_ = Geometry(shape, static_cast<uint32_t>(n), spf);
+    if (::getrandom(pool->uuid_.data(), pool->uuid_.size(), 0) != static_cast<ssize_t>(pool->uuid_.size()))
+      fail_errno(errno, "getrandom");
+    const uint64_t bytes = Geometry::file_bytes_for(shape, spf);
+    for (size_t i = 0; i < n; ++i) {
+      PoolFile& f = pool->files_[i];
+      if (!is_block_device(f)) {
+        // Pre-allocate so later writes never hit ENOSPC and extents stay put; the record
+        // region reads back as zeros = every slot free.
+        int rc = ::posix_fallocate(f.fd.get(), 0, static_cast<off_t>(bytes));
+        if (rc != 0) {
+          ::ftruncate(f.fd.get(), 0);
+          fail_errno(rc, "cannot pre-allocate " + format_bytes(bytes) + " for pool file " + f.path);
+        }
+      } else {
+        // A raw device has old bytes in its record area: clear it.
+        AlignedBuffer zeros(1 << 20);
+        uint64_t end = pool->geometry_.data_offset();
+        for (uint64_t off = Geometry::kSuperblockBytes; off < end; off += zeros.size())
+          pwrite_full(f, zeros.data(), std::min<uint64_t>(zeros.size(), end - off), off);
+      }
+      Superblock sb;
+      sb.uuid = pool->uuid_;
+      sb.file_index = static_cast<uint32_t>(i);
+      sb.file_count = static_cast<uint32_t>(n);
+      sb.shape = shape;
+      sb.slots_per_file = spf;
+      sb.file_bytes = bytes;
+      AlignedBuffer buf(Geometry::kSuperblockBytes);
+      encode_superblock(sb, reinterpret_cast<uint8_t*>(buf.data()));
+      pwrite_full(f, buf.data(), buf.size(), 0);
+      if (::fsync(f.fd.get()) != 0) fail_errno(errno, "fsync " + f.path);
+    }
+    pool->created_ = true;
+    return pool;
+  }
+
+  TUTTI_EXPECT_CODE(existing == n, TUTTI_ELAYOUT,
+                    "pool has " + std::to_string(existing) + " existing file(s) and " + std::to_string(n - existing) +
+                        " blank one(s): a pool cannot grow by adding files");
+  // Existing pool: the files must be one pool, given in any order, made for this shape.
+  std::vector<PoolFile> ordered(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Superblock& sb = sbs[i];
+    TUTTI_EXPECT_CODE(sb.uuid == sbs[0].uuid && sb.file_count == n && sb.file_index < n &&
+                          !ordered[sb.file_index].fd,
+                      TUTTI_ELAYOUT,
+                      "pool files do not form one pool: " + pool->files_[i].path + " is file " +
+                          std::to_string(sb.file_index) + " of " + std::to_string(sb.file_count) + " of pool " +
+                          uuid_string(sb.uuid));
+    if (!(sb.shape == shape))
+      fail(TUTTI_ELAYOUT, "pool " + pool->files_[i].path + " was created for " + sb.shape.describe() +
+                              ", but the KV cache registered has " + shape.describe());
+    ordered[sb.file_index] = std::move(pool->files_[i]);
+  }
+  pool->files_ = std::move(ordered);
+  pool->uuid_ = sbs[0].uuid;
+  pool->geometry_ = Geometry(shape, static_cast<uint32_t>(n), sbs[0].slots_per_file);
+  for (auto& f : pool->files_)
+    if (file_size(f) < Geometry::file_bytes_for(shape, sbs[0].slots_per_file))
+      fail(TUTTI_ECORRUPT, f.path + " is shorter than its pool header says (truncated?)");
+  return pool;
+}
+
+std::unique_ptr<Pool> Pool::open_existing(const std::vector<PoolUri>& uris) {
+  TUTTI_EXPECT(!uris.empty(), "no pool location given");
+  Superblock sb;
+  {
+    PoolFile f = open_file(uris[0].path, false);
+    check_superblock(read_superblock(f, &sb), uris[0].path);
+  }
+  PoolOptions opts;
+  opts.uris = uris;
+  opts.create = false;
+  return open(opts, sb.shape);
+}
+
+std::vector<Record> Pool::read_records(uint64_t* torn) const {
+  std::vector<Record> out;
+  uint64_t bad = 0;
+  const uint64_t spf = geometry_.slots_per_file();
+  const uint64_t step = 256;  // records per read
+  AlignedBuffer buf(step * Geometry::kRecordBytes);
+  for (uint32_t fi = 0; fi < files_.size(); ++fi) {
+    for (uint64_t first = 0; first < spf; first += step) {
+      uint64_t count = std::min(step, spf - first);
+      pread_full(files_[fi], buf.data(), count * Geometry::kRecordBytes,
+                 Geometry::kSuperblockBytes + first * Geometry::kRecordBytes);
+      for (uint64_t i = 0; i < count; ++i) {
+        uint64_t slot = (first + i) * files_.size() + fi;
+        Record r;
+        auto st = decode_record(reinterpret_cast<const uint8_t*>(buf.data()) + i * Geometry::kRecordBytes, uuid_,
+                                slot, geometry_.shape().layers, &r);
+        if (st == DecodeStatus::kOk)
+          out.push_back(std::move(r));
+        else if (st != DecodeStatus::kBlank)
+          ++bad;
+      }
+    }
+  }
+  if (torn) *torn = bad;
+  return out;
+}
+
+void Pool::write_blocks(const std::vector<std::pair<uint64_t, const uint8_t*>>& by_slot) const {
+  std::vector<bool> touched(files_.size());
+  for (auto& [slot, block] : by_slot) {
+    uint32_t fi = geometry_.file_of(slot);
+    pwrite_full(files_[fi], block, Geometry::kRecordBytes, geometry_.record_offset(slot));
+    touched[fi] = true;
+  }
+  for (size_t i = 0; i < files_.size(); ++i)
+    if (touched[i] && ::fdatasync(files_[i].fd.get()) != 0) fail_errno(errno, "fdatasync " + files_[i].path);
+}
+
+void Pool::write_records(std::span<const Record> records) const {
+  if (records.empty()) return;
+  AlignedBuffer buf(records.size() * Geometry::kRecordBytes);
+  std::vector<std::pair<uint64_t, const uint8_t*>> blocks;
+  for (size_t i = 0; i < records.size(); ++i) {
+    auto* b = reinterpret_cast<uint8_t*>(buf.data()) + i * Geometry::kRecordBytes;
+    encode_record(uuid_, records[i], b);
+    blocks.emplace_back(records[i].slot, b);
+  }
+  write_blocks(blocks);
+}
+
+void Pool::write_tombstones(std::span<const uint64_t> slots) const {
+  if (slots.empty()) return;
+  AlignedBuffer zero(Geometry::kRecordBytes);
+  std::vector<std::pair<uint64_t, const uint8_t*>> blocks;
+  for (uint64_t s : slots) blocks.emplace_back(s, reinterpret_cast<const uint8_t*>(zero.data()));
+  write_blocks(blocks);
+}
+
+void Pool::sync() const {
+  for (auto& f : files_)
+    if (::fdatasync(f.fd.get()) != 0) fail_errno(errno, "fdatasync " + f.path);
+}
+
+}  // namespace tutti

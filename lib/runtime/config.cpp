@@ -1,0 +1,148 @@
+#include "runtime/config.hpp"
+
+#include <cstdlib>
+
+#include "common/error.hpp"
+#include "common/units.hpp"
+
+namespace tutti {
+
+const std::vector<OptionInfo>& option_table() {
+  static const std::vector<OptionInfo> table = {
+      {"pool", "./tutti.pool", "pool file URI (file:///path?size=64G or a path); repeat, or comma-separate in TUTTI_POOL, to stripe"},
+      {"capacity", "8G", "total size of newly created pool files without ?size="},
+      {"chunk_tokens", "256", "tokens per stored chunk (a multiple of the block size)"},
+      {"backend", "auto", "auto | uring | posix"},
+      {"namespace", "", "salt mixed into every chunk key"},
+      {"io_mode", "object", "object | per-block-baseline (one I/O per block and K/V; for comparison only)"},
+      {"direct_to_blocks", "auto", "auto | on | off: vectored I/O straight between pool and KV blocks"},
+      {"verify", "0", "1: check every layer's checksum on load"},
+      {"staging", "256M", "bytes of aligned staging memory"},
+      {"lookahead", "4", "layers in flight ahead of the consumer"},
+      {"rings", "4", "io_uring rings (one thread each)"},
+      {"queue_depth", "64", "I/Os in flight per ring"},
+      {"threads", "16", "posix backend worker threads"},
+      {"create", "1", "1 | 0: create missing pool files"},
+  };
+  return table;
+}
+
+namespace {
+
+const OptionInfo* find(const std::string& key) {
+  for (auto& o : option_table())
+    if (key == o.key) return &o;
+  return nullptr;
+}
+
+std::string env_name(const std::string& key) {
+  std::string s = "TUTTI_";
+  for (char c : key) s += static_cast<char>(c >= 'a' && c <= 'z' ? c - 32 : c);
+  return s;
+}
+
+uint64_t size_of(const std::string& key, const std::string& v, uint64_t min, uint64_t max) {
+  auto n = parse_size(v);
+  TUTTI_EXPECT(n && *n >= min && *n <= max,
+               "option " + key + ": '" + v + "' is not a size in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  return *n;
+}
+
+uint32_t count_of(const std::string& key, const std::string& v, uint32_t min, uint32_t max) {
+  auto n = parse_uint(v);
+  TUTTI_EXPECT(n && *n >= min && *n <= max,
+               "option " + key + ": '" + v + "' is not an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  return static_cast<uint32_t>(*n);
+}
+
+bool flag_of(const std::string& key, const std::string& v) {
+  if (v == "1" || v == "true" || v == "on" || v == "yes") return true;
+  if (v == "0" || v == "false" || v == "off" || v == "no") return false;
+  fail(TUTTI_EINVAL, "option " + key + ": '" + v + "' is not 0 or 1");
+}
+
+// Parses one value into `c`; the same code checks set() input and resolves defaults.
+void apply(Config& c, const std::string& key, const std::string& v) {
+  if (key == "pool") {
+    c.pools.push_back(parse_pool_uri(v));
+  } else if (key == "capacity") {
+    c.capacity = size_of(key, v, 1, UINT64_MAX);
+  } else if (key == "chunk_tokens") {
+    c.chunk_tokens = count_of(key, v, 1, 1u << 20);
+  } else if (key == "backend") {
+    TUTTI_EXPECT(v == "auto" || v == "uring" || v == "posix", "option backend: '" + v + "' is not auto, uring or posix");
+    c.backend = v;
+  } else if (key == "namespace") {
+    c.ns = v;
+  } else if (key == "io_mode") {
+    TUTTI_EXPECT(v == "object" || v == "per-block-baseline",
+                 "option io_mode: '" + v + "' is not object or per-block-baseline");
+    c.io_mode = v == "object" ? IoMode::kObject : IoMode::kPerBlockBaseline;
+  } else if (key == "direct_to_blocks") {
+    TUTTI_EXPECT(v == "auto" || v == "on" || v == "off", "option direct_to_blocks: '" + v + "' is not auto, on or off");
+    c.direct = v == "auto" ? DirectMode::kAuto : v == "on" ? DirectMode::kOn : DirectMode::kOff;
+  } else if (key == "verify") {
+    c.verify = flag_of(key, v);
+  } else if (key == "staging") {
+    c.staging = size_of(key, v, 4096, 1ull << 40);
+  } else if (key == "lookahead") {
+    c.lookahead = count_of(key, v, 1, 1024);
+  } else if (key == "rings") {
+    c.rings = count_of(key, v, 1, 64);
+  } else if (key == "queue_depth") {
+    c.queue_depth = count_of(key, v, 1, 4096);
+  } else if (key == "threads") {
+    c.threads = count_of(key, v, 1, 1024);
+  } else if (key == "create") {
+    c.create = flag_of(key, v);
+  } else {
+    fail(TUTTI_EINVAL, "unknown option '" + key + "'");
+  }
+}
+
+}  // namespace
+
+void Options::set(const std::string& key, const std::string& value) {
+  TUTTI_EXPECT(find(key) != nullptr, "unknown option '" + key + "' (see tutti.h for the keys)");
+  Config probe;
+  apply(probe, key, value);  // validate now, so the error points at this call
+  if (key == "pool")
+    pools_.push_back(value);
+  else
+    values_[key] = value;
+}
+
+Config Options::resolve() const {
+  Config c;
+  for (auto& o : option_table()) {
+    const std::string key = o.key;
+    if (key == "pool") continue;
+    std::string v = o.default_value;
+    if (auto it = values_.find(key); it != values_.end()) {
+      v = it->second;
+    } else if (const char* e = std::getenv(env_name(key).c_str()); e && *e) {
+      v = e;
+    }
+    try {
+      apply(c, key, v);
+    } catch (const Error& err) {
+      fail(err.code(), std::string(err.what()) + (values_.count(key) ? "" : " (from " + env_name(key) + ")"));
+    }
+  }
+  std::vector<std::string> pools = pools_;
+  if (pools.empty()) {
+    std::string list = "./tutti.pool";
+    if (const char* e = std::getenv("TUTTI_POOL"); e && *e) list = e;
+    size_t start = 0;
+    while (start <= list.size()) {
+      size_t comma = list.find(',', start);
+      if (comma == std::string::npos) comma = list.size();
+      if (comma > start) pools.push_back(list.substr(start, comma - start));
+      start = comma + 1;
+    }
+  }
+  for (auto& p : pools) apply(c, "pool", p);
+  return c;
+}
+
+}  // namespace tutti

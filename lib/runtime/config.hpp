@@ -1,0 +1,53 @@
+// Runtime options: string keys with documented defaults, each overridable by TUTTI_<KEY>.
+// The single table in config.cpp is the source of truth for keys, defaults and help text.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "resolver/uri.hpp"
+
+namespace tutti {
+
+enum class IoMode { kObject, kPerBlockBaseline };
+enum class DirectMode { kAuto, kOn, kOff };
+
+struct Config {
+  std::vector<PoolUri> pools;
+  uint64_t capacity = 0;
+  uint32_t chunk_tokens = 0;
+  std::string backend;
+  std::string ns;
+  IoMode io_mode = IoMode::kObject;
+  DirectMode direct = DirectMode::kAuto;
+  bool verify = false;
+  uint64_t staging = 0;
+  uint32_t lookahead = 0;
+  uint32_t rings = 0;
+  uint32_t queue_depth = 0;
+  uint32_t threads = 0;
+  bool create = true;
+};
+
+struct OptionInfo {
+  const char* key;
+  const char* default_value;
+  const char* help;
+};
+const std::vector<OptionInfo>& option_table();
+
+// Options as given; resolve() applies environment variables and defaults, and validates.
+class Options {
+ public:
+  // Throws EINVAL for an unknown key or a value that does not parse.
+  void set(const std::string& key, const std::string& value);
+  Config resolve() const;
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> pools_;
+};
+
+}  // namespace tutti

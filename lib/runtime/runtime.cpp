@@ -1,0 +1,121 @@
+#include "runtime/runtime.hpp"
+
+#include <chrono>
+
+#include "common/error.hpp"
+
+namespace tutti {
+
+Runtime::Runtime(Config cfg) : cfg_(std::move(cfg)) {
+  TUTTI_EXPECT(!cfg_.pools.empty(), "no pool location given");
+  if (cfg_.backend == "auto") {
+    backend_reason_ = uring_unavailable_reason();
+    backend_name_ = backend_reason_.empty() ? "uring" : "posix";
+    backend_reason_ = backend_reason_.empty() ? "io_uring works here" : "uring unusable: " + backend_reason_;
+  } else {
+    backend_name_ = cfg_.backend;
+    backend_reason_ = "chosen by option";
+    if (cfg_.backend == "uring") {
+      std::string why = uring_unavailable_reason();
+      if (!why.empty()) fail(TUTTI_EUNSUPPORTED, "backend uring: " + why);
+    }
+  }
+}
+
+Runtime::~Runtime() {
+  scheduler_.reset();  // drains queued batches
+  backend_.reset();    // joins I/O threads
+}
+
+void Runtime::require_registered() const {
+  TUTTI_EXPECT_CODE(binding_ != nullptr, TUTTI_ESTATE, "no KV cache registered (call tutti_runtime_register_kv first)");
+}
+
+void Runtime::register_kv(const tutti_kv_layout& layout) {
+  std::lock_guard lock(mu_);
+  TUTTI_EXPECT_CODE(binding_ == nullptr, TUTTI_ESTATE, "a KV cache is already registered with this runtime");
+  auto binding = std::make_unique<KvBinding>(layout, cfg_.chunk_tokens);
+  const Shape& shape = binding->shape();
+
+  bool direct = false;
+  if (cfg_.io_mode == IoMode::kObject) {
+    if (cfg_.direct == DirectMode::kOn)
+      TUTTI_EXPECT(binding->direct_capable(),
+                   "direct_to_blocks=on needs 4 KiB aligned blocks whose K (and V) rows are contiguous per block");
+    direct = cfg_.direct != DirectMode::kOff && binding->direct_capable();
+  }
+
+  PoolOptions po;
+  po.uris = cfg_.pools;
+  po.capacity = cfg_.capacity;
+  po.create = cfg_.create;
+  auto pool = Pool::open(po, shape);
+  // Buffered files (tmpfs) take any alignment; O_DIRECT ones need the aligned path.
+  auto index = std::make_unique<Index>(pool->geometry().slots());
+  auto stale = index->recover(pool->read_records(&torn_records_));
+  pool->write_tombstones(stale);
+
+  const uint64_t op_bytes = cfg_.io_mode == IoMode::kObject ? shape.layer_bytes() : shape.token_bytes() * binding->block_tokens();
+  auto staging = std::make_unique<Staging>(direct ? kIoAlign : std::max(cfg_.staging, op_bytes), op_bytes);
+
+  BackendConfig bc;
+  for (size_t i = 0; i < pool->files(); ++i) bc.fds.push_back(pool->file(i).fd.get());
+  bc.staging = staging->regions();
+  bc.rings = cfg_.rings;
+  bc.queue_depth = cfg_.queue_depth;
+  bc.threads = cfg_.threads;
+  auto backend = make_backend(backend_name_, bc);
+
+  counters_.per_layer_wait_ns = std::make_unique<std::atomic<uint64_t>[]>(shape.layers);
+  for (uint32_t l = 0; l < shape.layers; ++l) counters_.per_layer_wait_ns[l] = 0;
+  pool_ = std::move(pool);
+  index_ = std::move(index);
+  staging_ = std::move(staging);
+  backend_ = std::move(backend);
+  direct_ = direct;
+  scheduler_ = std::make_unique<Scheduler>(cfg_.lookahead);
+  binding_ = std::move(binding);
+}
+
+size_t Runtime::lookup(const int32_t* tokens, size_t n, const void* salt, size_t salt_len) {
+  require_registered();
+  TUTTI_EXPECT(tokens != nullptr || n == 0, "tokens is NULL");
+  TUTTI_EXPECT(salt != nullptr || salt_len == 0, "salt is NULL but salt_len is not 0");
+  auto keys = chunk_keys(root(salt, salt_len), tokens, n, cfg_.chunk_tokens);
+  size_t hit = index_->match_prefix(keys);
+  counters_.lookups++;
+  counters_.hit_chunks += hit;
+  if (hit < keys.size()) counters_.miss_chunks++;
+  return hit * cfg_.chunk_tokens;
+}
+
+tutti_stats Runtime::stats() const {
+  tutti_stats s{};
+  s.struct_size = sizeof s;
+  s.num_layers = binding_ ? binding_->shape().layers : 0;
+  s.bytes_read = counters_.bytes_read;
+  s.bytes_written = counters_.bytes_written;
+  s.ios = counters_.ios;
+  s.lookups = counters_.lookups;
+  s.hit_chunks = counters_.hit_chunks;
+  s.miss_chunks = counters_.miss_chunks;
+  s.stored_chunks = counters_.stored_chunks;
+  s.failed_chunks = counters_.failed_chunks;
+  s.layer_waits = counters_.layer_waits;
+  s.layer_wait_ns = counters_.layer_wait_ns;
+  if (index_) {
+    s.evictions = index_->evictions();
+    s.slots_total = index_->slots();
+    s.slots_used = index_->used();
+  }
+  return s;
+}
+
+std::vector<uint64_t> Runtime::layer_wait_ns() const {
+  std::vector<uint64_t> out;
+  if (!binding_) return out;
+  for (uint32_t l = 0; l < binding_->shape().layers; ++l) out.push_back(counters_.per_layer_wait_ns[l]);
+  return out;
+}
+
+}  // namespace tutti

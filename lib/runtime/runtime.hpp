@@ -1,0 +1,72 @@
+// The runtime: one pool, one registered KV cache, one backend, one scheduler.
+// Held by shared_ptr so live batches keep it alive after the C handle is closed.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "binding/kv_binding.hpp"
+#include "binding/staging.hpp"
+#include "datapath/backend.hpp"
+#include "index/index.hpp"
+#include "index/key.hpp"
+#include "pool/pool.hpp"
+#include "runtime/config.hpp"
+#include "scheduler/scheduler.hpp"
+#include "tutti.h"
+
+namespace tutti {
+
+struct Counters {
+  std::atomic<uint64_t> bytes_read{0}, bytes_written{0}, ios{0}, lookups{0}, hit_chunks{0}, miss_chunks{0},
+      stored_chunks{0}, failed_chunks{0}, layer_waits{0}, layer_wait_ns{0};
+  std::unique_ptr<std::atomic<uint64_t>[]> per_layer_wait_ns;
+};
+
+class Runtime {
+ public:
+  explicit Runtime(Config cfg);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  void register_kv(const tutti_kv_layout& layout);
+  size_t lookup(const int32_t* tokens, size_t n, const void* salt, size_t salt_len);
+  const char* backend_name() const { return backend_name_.c_str(); }
+  std::string backend_reason() const { return backend_reason_; }
+  tutti_stats stats() const;
+  std::vector<uint64_t> layer_wait_ns() const;
+
+  // For batches and the scheduler; valid once registered.
+  void require_registered() const;
+  const Config& config() const { return cfg_; }
+  Pool& pool() { return *pool_; }
+  Index& index() { return *index_; }
+  const KvBinding& binding() const { return *binding_; }
+  Backend& backend() { return *backend_; }
+  Staging& staging() { return *staging_; }
+  Scheduler& scheduler() { return *scheduler_; }
+  Counters& counters() { return counters_; }
+  bool direct() const { return direct_; }  // vectored I/O straight into blocks
+  Key root(const void* salt, size_t salt_len) const { return root_key(cfg_.ns, salt, salt_len); }
+  uint64_t torn_records() const { return torn_records_; }
+
+ private:
+  Config cfg_;
+  std::string backend_name_, backend_reason_;
+  std::mutex mu_;  // registration
+  std::unique_ptr<Pool> pool_;
+  std::unique_ptr<Index> index_;
+  std::unique_ptr<KvBinding> binding_;
+  std::unique_ptr<Staging> staging_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Scheduler> scheduler_;  // last: stopped first
+  bool direct_ = false;
+  uint64_t torn_records_ = 0;
+  Counters counters_;
+};
+
+}  // namespace tutti

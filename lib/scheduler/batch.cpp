@@ -1,0 +1,412 @@
+#include "scheduler/batch.hpp"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "pool/format.hpp"
+#include "runtime/runtime.hpp"
+
+namespace tutti {
+
+namespace {
+
+// xxh3-64 of a chunk-layer extent as it lies on disk, read from the engine's blocks
+// (K runs, zero padding up to V, V runs, zero padding to the end).
+uint64_t extent_checksum(const KvBinding& kv, uint32_t layer, const int32_t* blocks) {
+  static const std::byte zeros[4096] = {};
+  const Shape& s = kv.shape();
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  auto pad = [&](uint64_t n) {
+    while (n) {
+      uint64_t k = std::min<uint64_t>(n, sizeof zeros);
+      XXH3_64bits_update(st, zeros, k);
+      n -= k;
+    }
+  };
+  kv.for_each_run(layer, blocks, 0, s.kv_bytes(), [&](const MemRun& r) { XXH3_64bits_update(st, r.addr, r.len); });
+  pad(s.v_offset() - s.kv_bytes());
+  kv.for_each_run(layer, blocks, s.v_offset(), s.v_offset() + s.kv_bytes(),
+                  [&](const MemRun& r) { XXH3_64bits_update(st, r.addr, r.len); });
+  pad(s.v_offset() - s.kv_bytes());
+  uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+
+int code_of(int64_t res) { return res == -ENOSPC ? TUTTI_ENOSPC : TUTTI_EIO; }
+
+}  // namespace
+
+// ---- LayerOp: runs on I/O threads -------------------------------------------------------
+
+void LayerOp::prepare() {
+  Batch& b = *batch;
+  const KvBinding& kv = b.rt_->binding();
+  auto& item = b.items_[this->item];
+  if (stage.data) {
+    buf = stage.data;
+    buf_index = stage.region;
+    if (write) {
+      // Zero the padding between K and V (and at the end) so the extent's bytes are defined.
+      if (hi - lo == kv.shape().layer_bytes()) std::memset(buf, 0, hi - lo);
+      kv.gather(layer, item.blocks, lo, hi, buf);
+    }
+  } else {
+    iovs.clear();
+    kv.iovecs(layer, item.blocks, lo, hi, iovs);
+    iov = iovs.data();
+    iovcnt = static_cast<int>(iovs.size());
+  }
+  if (write && lo == 0) {
+    item.sums[layer] = stage.data && hi - lo == kv.shape().layer_bytes() ? XXH3_64bits(buf, hi - lo)
+                                                                         : extent_checksum(kv, layer, item.blocks);
+  }
+}
+
+void LayerOp::complete(int64_t res) {
+  Batch& b = *batch;
+  if (res == static_cast<int64_t>(length) && !write && stage.data)
+    b.rt_->binding().scatter(layer, b.items_[item].blocks, lo, hi, stage.data);
+  if (stage.data) b.rt_->staging().release(stage);
+  b.op_done(*this, res);
+}
+
+// ---- Batch ------------------------------------------------------------------------------
+
+Batch::Batch(std::shared_ptr<Runtime> rt, tutti_op op) : rt_(std::move(rt)), op_(op) {
+  TUTTI_EXPECT(op == TUTTI_OP_LOAD || op == TUTTI_OP_STORE, "op must be TUTTI_OP_LOAD or TUTTI_OP_STORE");
+  rt_->require_registered();
+  layers_ = rt_->binding().shape().layers;
+}
+
+Batch::~Batch() {
+  if (state_ == State::kRunning) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return state_ == State::kDone; });
+  }
+}
+
+void Batch::add(const tutti_request* reqs, size_t n) {
+  TUTTI_EXPECT_CODE(state_ == State::kBuilding, TUTTI_ESTATE, "requests can only be added before submit");
+  TUTTI_EXPECT(reqs != nullptr || n == 0, "reqs is NULL");
+  const KvBinding& kv = rt_->binding();
+  const size_t ct = rt_->config().chunk_tokens;
+  std::vector<Request> added;
+  for (size_t i = 0; i < n; ++i) {
+    const tutti_request& r = reqs[i];
+    const std::string at = "request " + std::to_string(reqs_.size() + i) + ": ";
+    TUTTI_EXPECT(r.tokens != nullptr || r.num_tokens == 0, at + "tokens is NULL");
+    TUTTI_EXPECT(r.salt != nullptr || r.salt_len == 0, at + "salt is NULL but salt_len is not 0");
+    size_t end = r.token_end ? r.token_end : r.num_tokens;
+    TUTTI_EXPECT(end <= r.num_tokens, at + "token_end is past num_tokens");
+    TUTTI_EXPECT(r.token_begin % ct == 0,
+                 at + "token_begin " + std::to_string(r.token_begin) + " is not a multiple of chunk_tokens " + std::to_string(ct));
+    TUTTI_EXPECT(r.token_begin <= end, at + "token_begin is past token_end");
+    end -= end % ct;  // whole chunks only
+    const size_t first = r.token_begin / ct, count = end > r.token_begin ? (end - r.token_begin) / ct : 0;
+    const size_t need_blocks = end / kv.block_tokens();
+    if (count) {
+      TUTTI_EXPECT(r.block_table != nullptr, at + "block_table is NULL");
+      TUTTI_EXPECT(r.num_block_ids >= need_blocks, at + "block_table has " + std::to_string(r.num_block_ids) +
+                                                       " entries, the range needs " + std::to_string(need_blocks));
+      for (size_t j = r.token_begin / kv.block_tokens(); j < need_blocks; ++j)
+        TUTTI_EXPECT(r.block_table[j] >= 0 && static_cast<uint32_t>(r.block_table[j]) < kv.num_blocks(),
+                     at + "block id " + std::to_string(r.block_table[j]) + " at block_table[" + std::to_string(j) +
+                         "] is outside [0, " + std::to_string(kv.num_blocks()) + ")");
+    }
+    Request q;
+    q.r = r;
+    q.first_chunk = first;
+    auto keys = chunk_keys(rt_->root(r.salt, r.salt_len), r.tokens, end, ct);
+    q.keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(first), keys.end());
+    q.status.assign(count, 0);
+    added.push_back(std::move(q));
+  }
+  for (auto& q : added) reqs_.push_back(std::move(q));
+}
+
+void Batch::submit() {
+  TUTTI_EXPECT_CODE(state_ == State::kBuilding, TUTTI_ESTATE, "the batch was already submitted");
+  Index& index = rt_->index();
+  const KvBinding& kv = rt_->binding();
+  const size_t ct = rt_->config().chunk_tokens;
+  const size_t bpc = kv.blocks_per_chunk();
+  // Plan: pin what we load, claim slots for what we store. A chunk after a failed one is not
+  // moved (a KV prefix with a hole is useless) and carries the failed chunk's status.
+  for (uint32_t ri = 0; ri < reqs_.size(); ++ri) {
+    Request& q = reqs_[ri];
+    int failed = 0;
+    for (uint32_t c = 0; c < q.keys.size(); ++c) {
+      if (failed) {
+        q.status[c] = failed;
+        continue;
+      }
+      const int32_t* blocks = q.r.block_table + (q.first_chunk + c) * ct / kv.block_tokens();
+      if (is_load()) {
+        auto slot = index.pin(q.keys[c]);
+        if (!slot) {
+          q.status[c] = failed = TUTTI_ENOENT;
+          continue;
+        }
+        Item& it = items_.emplace_back();
+        it.req = ri, it.chunk = c, it.slot = *slot, it.blocks = blocks;
+      } else {
+        auto a = index.allocate(q.keys[c]);
+        if (a.claim == Index::Claim::kPresent) continue;
+        if (a.claim == Index::Claim::kFull) {
+          q.status[c] = failed = TUTTI_ENOSPC;
+          continue;
+        }
+        if (a.reused) reused_.push_back(a.slot);
+        Item& it = items_.emplace_back();
+        it.req = ri, it.chunk = c, it.slot = a.slot, it.blocks = blocks;
+        it.sums.assign(layers_, 0);
+      }
+    }
+    (void)bpc;
+  }
+  direct_ = rt_->direct();
+  pending_ = std::make_unique<std::atomic<uint32_t>[]>(layers_);
+  layer_done_.assign(layers_, 0);
+  state_ = State::kRunning;
+  if (items_.empty()) {
+    for (uint32_t l = 0; l < layers_; ++l) layer_done_[l] = 1;
+    done_prefix_ = layers_;
+    finish();
+    return;
+  }
+  outstanding_ = layers_;  // one hold per layer until it is issued
+  if (!reused_.empty()) {
+    // The evicted chunks' records must be gone before their slots are overwritten, or a crash
+    // could resurrect a key over half-new bytes.
+    try {
+      rt_->pool().write_tombstones(reused_);
+    } catch (const Error&) {
+      for (auto& it : items_) it.error = TUTTI_EIO;
+    }
+  }
+  rt_->scheduler().enqueue(this);
+}
+
+void Batch::issue_layer(uint32_t layer) {
+  const Shape& s = rt_->binding().shape();
+  const KvBinding& kv = rt_->binding();
+  const Geometry& g = rt_->pool().geometry();
+  const bool per_block = rt_->config().io_mode == IoMode::kPerBlockBaseline;
+  // Ranges of a chunk-layer object moved by one I/O each.
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  if (per_block) {
+    const uint64_t bb = s.token_bytes() * kv.block_tokens();
+    for (uint64_t sec : {uint64_t{0}, s.v_offset()})
+      for (uint64_t o = 0; o < s.kv_bytes(); o += bb) ranges.emplace_back(sec + o, sec + o + bb);
+  } else if (direct_) {
+    const uint64_t step = kv.run_bytes() * IOV_MAX;  // runs are whole iovecs
+    for (uint64_t o = 0; o < s.layer_bytes(); o += step) ranges.emplace_back(o, std::min(o + step, s.layer_bytes()));
+  } else {
+    ranges.emplace_back(0, s.layer_bytes());
+  }
+
+  std::vector<LayerOp>& ops = ops_.emplace_back();  // only the scheduler thread touches ops_
+  ops.reserve(items_.size() * ranges.size());
+  for (uint32_t i = 0; i < items_.size(); ++i) {
+    Item& it = items_[i];
+    if (it.error.load(std::memory_order_relaxed)) continue;
+    const Extent e = g.layer_extent(it.slot, layer);
+    for (auto [lo, hi] : ranges) {
+      LayerOp& op = ops.emplace_back();
+      op.batch = this, op.item = i, op.layer = layer, op.lo = lo, op.hi = hi;
+      op.file = e.file, op.offset = e.offset + lo, op.length = hi - lo, op.write = !is_load();
+    }
+  }
+  pending_[layer].store(static_cast<uint32_t>(ops.size()) + 1);  // +1 held until all are issued
+  outstanding_ += ops.size();
+  rt_->counters().ios += ops.size();
+  // Submit in groups; when staging runs out, hand over what is ready before blocking, so the
+  // I/Os that will free buffers are already on their way.
+  Staging& staging = rt_->staging();
+  const bool staged = !direct_ || per_block;
+  std::vector<IoOp*> group;
+  group.reserve(64);
+  for (LayerOp& op : ops) {
+    if (staged && !staging.try_acquire(&op.stage)) {
+      if (!group.empty()) rt_->backend().submit(group);
+      group.clear();
+      op.stage = staging.acquire();
+    }
+    group.push_back(&op);
+    if (group.size() == 64) {
+      rt_->backend().submit(group);
+      group.clear();
+    }
+  }
+  if (!group.empty()) rt_->backend().submit(group);
+  // Drop the issue hold; if every op already finished this completes the layer.
+  if (pending_[layer].fetch_sub(1) == 1) layer_done(layer);
+  release();
+}
+
+void Batch::release(uint64_t n) {
+  if (outstanding_.fetch_sub(n) != n) return;
+  if (is_load())
+    finish();
+  else
+    rt_->scheduler().commit_later(this);
+}
+
+void Batch::op_done(LayerOp& op, int64_t res) {
+  auto& c = rt_->counters();
+  if (res == static_cast<int64_t>(op.length)) {
+    (op.write ? c.bytes_written : c.bytes_read) += op.length;
+  } else {
+    int expected = 0;
+    items_[op.item].error.compare_exchange_strong(expected, code_of(res));
+  }
+  if (pending_[op.layer].fetch_sub(1) == 1) layer_done(op.layer);
+  release();
+}
+
+void Batch::layer_done(uint32_t layer) {
+  if (is_load() && rt_->config().verify) {
+    // A chunk whose bytes do not match its commit record is reported, never handed back.
+    const KvBinding& kv = rt_->binding();
+    for (Item& it : items_) {
+      if (it.error.load()) continue;
+      if (extent_checksum(kv, layer, it.blocks) != rt_->index().layer_sums(it.slot)[layer]) {
+        int expected = 0;
+        it.error.compare_exchange_strong(expected, TUTTI_ECORRUPT);
+      }
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    layer_done_[layer] = 1;
+    uint32_t p = done_prefix_.load();
+    while (p < layers_ && layer_done_[p]) ++p;
+    done_prefix_.store(p, std::memory_order_release);
+  }
+  cv_.notify_all();
+  rt_->scheduler().notify();  // the lookahead window moved
+}
+
+void Batch::commit() {
+  Pool& pool = rt_->pool();
+  Index& index = rt_->index();
+  std::vector<Record> records;
+  for (Item& it : items_)
+    if (!it.error.load()) records.push_back(Record{it.slot, index.next_generation(), reqs_[it.req].keys[it.chunk], it.sums});
+  try {
+    // Data first, then the records that make it visible; both durable before publishing.
+    if (!records.empty()) {
+      pool.sync();
+      pool.write_records(records);
+    }
+  } catch (const Error& e) {
+    for (Item& it : items_) {
+      int expected = 0;
+      it.error.compare_exchange_strong(expected, e.code());
+    }
+    records.clear();
+  }
+  size_t r = 0;
+  for (Item& it : items_) {
+    if (!it.error.load()) {
+      index.commit(it.slot, records[r].generation, std::move(records[r].layer_sums));
+      ++r;
+    } else {
+      index.abandon(it.slot);
+    }
+  }
+  rt_->counters().stored_chunks += r;
+  finish();
+}
+
+void Batch::finish() {
+  auto& c = rt_->counters();
+  for (Item& it : items_) {
+    if (is_load()) rt_->index().unpin(it.slot);
+    if (int e = it.error.load()) reqs_[it.req].status[it.chunk] = e;
+  }
+  for (Request& q : reqs_) {
+    int failed = 0;
+    for (int& s : q.status) {
+      if (failed) s = failed;
+      else if (s) failed = s;
+      if (s) c.failed_chunks++;
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    state_ = State::kDone;
+  }
+  cv_.notify_all();
+}
+
+void Batch::wait_layer(uint32_t layer) {
+  TUTTI_EXPECT(layer < layers_, "layer " + std::to_string(layer) + " is out of range (the KV cache has " +
+                                    std::to_string(layers_) + " layers)");
+  TUTTI_EXPECT_CODE(state_ != State::kBuilding, TUTTI_ESTATE, "wait_layer before submit");
+  auto t0 = std::chrono::steady_clock::now();
+  {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return layer_done_[layer] != 0; });
+  }
+  uint64_t ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  auto& c = rt_->counters();
+  c.layer_waits++;
+  c.layer_wait_ns += ns;
+  c.per_layer_wait_ns[layer] += ns;
+}
+
+int Batch::wait() {
+  TUTTI_EXPECT_CODE(state_ != State::kBuilding, TUTTI_ESTATE, "wait before submit");
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return state_ == State::kDone; });
+  for (auto& q : reqs_)
+    for (int s : q.status)
+      if (s) return s;
+  return 0;
+}
+
+tutti_result Batch::result(size_t request) const {
+  TUTTI_EXPECT(request < reqs_.size(), "request index " + std::to_string(request) + " is out of range");
+  {
+    std::lock_guard lock(mu_);
+    TUTTI_EXPECT_CODE(state_ == State::kDone, TUTTI_ESTATE, "results are ready after tutti_batch_wait");
+  }
+  const Request& q = reqs_[request];
+  tutti_result r{};
+  r.chunks = static_cast<uint32_t>(q.status.size());
+  size_t lead = 0;
+  bool gap = false;
+  for (int s : q.status) {
+    if (s == 0) {
+      r.chunks_ok++;
+      if (!gap) ++lead;
+    } else {
+      if (!r.status) r.status = s;
+      gap = true;
+    }
+  }
+  r.tokens = lead * rt_->config().chunk_tokens;
+  return r;
+}
+
+size_t Batch::chunk_status(size_t request, int* out, size_t cap) const {
+  TUTTI_EXPECT(request < reqs_.size(), "request index " + std::to_string(request) + " is out of range");
+  TUTTI_EXPECT(out != nullptr || cap == 0, "status is NULL");
+  {
+    std::lock_guard lock(mu_);
+    TUTTI_EXPECT_CODE(state_ == State::kDone, TUTTI_ESTATE, "chunk status is ready after tutti_batch_wait");
+  }
+  const Request& q = reqs_[request];
+  size_t n = std::min(cap, q.status.size());
+  std::copy_n(q.status.begin(), n, out);
+  return n;
+}
+
+}  // namespace tutti

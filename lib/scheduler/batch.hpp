@@ -1,0 +1,102 @@
+// A batch of load or store requests, executed layer by layer (see scheduler.hpp).
+// Built by add(), planned by submit() (keys pinned or slots claimed), then its layers are
+// issued by the scheduler and completed by I/O threads.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "datapath/backend.hpp"
+#include "binding/staging.hpp"
+#include "index/key.hpp"
+#include "tutti.h"
+
+namespace tutti {
+
+class Runtime;
+class Batch;
+
+// One I/O of a batch: object bytes [lo, hi) of one chunk's layer.
+class LayerOp final : public IoOp {
+ public:
+  void prepare() override;
+  void complete(int64_t res) override;
+
+  Batch* batch = nullptr;
+  uint32_t item = 0;
+  uint32_t layer = 0;
+  uint64_t lo = 0, hi = 0;
+  Staging::Buffer stage;  // data == nullptr: straight to the blocks
+  std::vector<iovec> iovs;
+};
+
+class Batch {
+ public:
+  Batch(std::shared_ptr<Runtime> rt, tutti_op op);
+  ~Batch();  // waits for in-flight work
+
+  void add(const tutti_request* reqs, size_t n);
+  void submit();
+  void wait_layer(uint32_t layer);
+  int wait();
+  tutti_result result(size_t request) const;
+  size_t chunk_status(size_t request, int* out, size_t cap) const;
+  bool is_load() const { return op_ == TUTTI_OP_LOAD; }
+
+  // For the scheduler.
+  uint32_t layers() const { return layers_; }
+  uint32_t next_issue = 0;              // guarded by the scheduler's mutex
+  uint32_t done_prefix() const { return done_prefix_.load(std::memory_order_acquire); }
+  void issue_layer(uint32_t layer);     // builds and submits one layer's ops
+  void commit();                        // store: sync, write commit records, publish
+
+ private:
+  friend class LayerOp;
+  struct Request {
+    tutti_request r;
+    size_t first_chunk = 0;            // token_begin / chunk_tokens
+    std::vector<Key> keys;             // of the chunks in range
+    std::vector<int> status;           // per chunk in range
+  };
+  // A chunk that needs I/O.
+  struct Item {
+    uint32_t req = 0;
+    uint32_t chunk = 0;  // index into Request::keys
+    uint64_t slot = 0;
+    const int32_t* blocks = nullptr;   // block ids of the chunk
+    std::atomic<int> error{0};
+    std::vector<uint64_t> sums;        // store: per-layer checksums
+  };
+
+  void op_done(LayerOp& op, int64_t res);
+  void layer_done(uint32_t layer);
+  // Every path that may end the batch ends with release(): the batch is final (and may be
+  // freed by its owner) only once no thread is inside any of its callbacks.
+  void release(uint64_t n = 1);
+  void finish();                       // everything moved; results final
+  void fail_after_first_error();
+
+  std::shared_ptr<Runtime> rt_;
+  tutti_op op_;
+  uint32_t layers_ = 0;
+  enum class State { kBuilding, kRunning, kDone };
+  std::atomic<State> state_{State::kBuilding};
+  std::vector<Request> reqs_;
+  std::deque<Item> items_;
+  std::vector<uint64_t> reused_;       // store: slots to tombstone before writing
+  std::deque<std::vector<LayerOp>> ops_;  // per issued layer; stable addresses
+  bool direct_ = false;
+  std::unique_ptr<std::atomic<uint32_t>[]> pending_;  // ops outstanding per layer
+  std::atomic<uint64_t> outstanding_{0};               // unissued layers + ops in flight
+  std::vector<uint8_t> layer_done_;    // guarded by mu_
+  std::atomic<uint32_t> done_prefix_{0};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+}  // namespace tutti

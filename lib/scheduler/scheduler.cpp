@@ -1,0 +1,79 @@
+#include "scheduler/scheduler.hpp"
+
+#include "scheduler/batch.hpp"
+
+namespace tutti {
+
+Scheduler::Scheduler(unsigned lookahead) : lookahead_(lookahead ? lookahead : 1), thread_([this] { run(); }) {}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Scheduler::enqueue(Batch* b) {
+  {
+    std::lock_guard lock(mu_);
+    (b->is_load() ? loads_ : stores_).push_back(b);
+  }
+  cv_.notify_all();
+}
+
+void Scheduler::commit_later(Batch* b) {
+  {
+    std::lock_guard lock(mu_);
+    commits_.push_back(b);
+  }
+  cv_.notify_all();
+}
+
+void Scheduler::notify() {
+  // Taking the lock orders this wake-up after the scheduler's predicate check.
+  { std::lock_guard lock(mu_); }
+  cv_.notify_all();
+}
+
+Batch* Scheduler::pick(unsigned* layer) {
+  auto ready = [&](Batch* b) { return b->next_issue < b->layers() && b->next_issue < b->done_prefix() + lookahead_; };
+  for (std::deque<Batch*>* q : {&loads_, &stores_}) {
+    for (auto it = q->begin(); it != q->end(); ++it) {
+      Batch* b = *it;
+      if (!ready(b)) continue;
+      *layer = b->next_issue++;
+      // Once its last layer is handed out the batch may finish (and be freed) at any time.
+      if (b->next_issue == b->layers()) q->erase(it);
+      return b;
+    }
+    if (!loads_.empty()) return nullptr;  // reads before writes
+  }
+  return nullptr;
+}
+
+void Scheduler::run() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    if (!commits_.empty()) {
+      Batch* b = commits_.front();
+      commits_.pop_front();
+      lock.unlock();
+      b->commit();
+      lock.lock();
+      continue;
+    }
+    unsigned layer = 0;
+    if (Batch* b = pick(&layer)) {
+      lock.unlock();
+      b->issue_layer(layer);
+      lock.lock();
+      continue;
+    }
+    if (stop_ && loads_.empty() && stores_.empty()) return;
+    cv_.wait(lock);
+  }
+}
+
+}  // namespace tutti

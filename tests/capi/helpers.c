@@ -1,0 +1,566 @@
+/* helpers.c — shared fixtures of the C API tests (see helpers.h). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+#define TH_POISON 0xA5
+
+/* ---- Random numbers ------------------------------------------------------------------ */
+
+uint64_t th_mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+uint64_t th_rand(uint64_t* state) {
+  *state += 0x9E3779B97F4A7C15ull;
+  return th_mix64(*state);
+}
+
+uint64_t th_rand_below(uint64_t* state, uint64_t n) { return n ? th_rand(state) % n : 0; }
+
+uint64_t th_base_seed(void) {
+  static int printed;
+  static uint64_t seed;
+  if (!printed) {
+    const char* s = getenv("TUTTI_TEST_SEED");
+    seed = s && *s ? strtoull(s, NULL, 0) : 0x5EEDu;
+    fprintf(stderr, "# TUTTI_TEST_SEED=%llu\n", (unsigned long long)seed);
+    printed = 1;
+  }
+  return seed;
+}
+
+/* ---- Temporary directories ----------------------------------------------------------- */
+
+int th_mkdtemp(char* out, size_t cap) {
+  const char* base = getenv("TMPDIR");
+  if (!base || !*base) base = "/tmp";
+  int len = snprintf(out, cap, "%s/tutti-capi-XXXXXX", base);
+  if (len < 0 || (size_t)len >= cap) return -1;
+  return mkdtemp(out) ? 0 : -1;
+}
+
+static int rm_entry(const char* path, const struct stat* sb, int flag, struct FTW* ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  remove(path);
+  return 0;
+}
+
+void th_rmtree(const char* path) {
+  if (path && *path) nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int th_setup_dir(void** state) {
+  th_env* env = calloc(1, sizeof *env);
+  if (!env) return -1;
+  env->param = *state;
+  if (th_mkdtemp(env->dir, sizeof env->dir) != 0) {
+    fprintf(stderr, "mkdtemp failed: %s\n", strerror(errno));
+    free(env);
+    return -1;
+  }
+  *state = env;
+  return 0;
+}
+
+int th_teardown_dir(void** state) {
+  th_env* env = *state;
+  if (env) {
+    th_rmtree(env->dir);
+    free(env);
+  }
+  *state = NULL;
+  return 0;
+}
+
+/* ---- Prompts ------------------------------------------------------------------------- */
+
+static void prompt_chain(th_prompt* p) {
+  uint64_t h = 0x70C0FFEEull;
+  for (size_t i = 0; i < p->salt_len; i++) h = th_mix64(h ^ p->salt[i]);
+  p->chain = malloc((p->n ? p->n : 1) * sizeof *p->chain);
+  assert_non_null(p->chain);
+  for (size_t i = 0; i < p->n; i++) {
+    h = th_mix64(h ^ (uint32_t)p->tokens[i]);
+    p->chain[i] = h;
+  }
+}
+
+void th_prompt_init(th_prompt* p, const int32_t* tokens, size_t n, const void* salt,
+                    size_t salt_len) {
+  memset(p, 0, sizeof *p);
+  assert_true(salt_len <= sizeof p->salt);
+  p->tokens = malloc((n ? n : 1) * sizeof *p->tokens);
+  assert_non_null(p->tokens);
+  if (n) memcpy(p->tokens, tokens, n * sizeof *tokens);
+  p->n = n;
+  if (salt_len) memcpy(p->salt, salt, salt_len);
+  p->salt_len = salt_len;
+  prompt_chain(p);
+}
+
+void th_prompt_random(th_prompt* p, uint64_t* rng, size_t n) {
+  int32_t* t = malloc((n ? n : 1) * sizeof *t);
+  assert_non_null(t);
+  for (size_t i = 0; i < n; i++) t[i] = 1 + (int32_t)th_rand_below(rng, 49999);
+  th_prompt_init(p, t, n, NULL, 0);
+  free(t);
+}
+
+void th_prompt_extend(th_prompt* p, const th_prompt* base, size_t shared, uint64_t* rng,
+                      size_t n) {
+  int32_t* t = malloc((n ? n : 1) * sizeof *t);
+  assert_non_null(t);
+  for (size_t i = 0; i < n; i++) {
+    if (i < shared && i < base->n) {
+      t[i] = base->tokens[i];
+    } else {
+      /* differ from base at position `shared` for sure */
+      int32_t v = 1 + (int32_t)th_rand_below(rng, 49999);
+      if (i < base->n && v == base->tokens[i]) v = v % 49999 + 1;
+      t[i] = v;
+    }
+  }
+  th_prompt_init(p, t, n, base->salt, base->salt_len);
+  free(t);
+}
+
+void th_prompt_free(th_prompt* p) {
+  free(p->tokens);
+  free(p->chain);
+  memset(p, 0, sizeof *p);
+}
+
+/* ---- KV cache ------------------------------------------------------------------------ */
+
+th_kv_spec th_spec_default(void) {
+  th_kv_spec s;
+  memset(&s, 0, sizeof s);
+  s.num_layers = 2;
+  s.num_blocks = 64;
+  s.block_tokens = 16;
+  s.num_kv_heads = 2;
+  s.head_dim = 64;
+  s.elem_bytes = 2;
+  return s;
+}
+
+static unsigned char* kv_alloc(th_kv* kv, size_t bytes, unsigned char** shadow) {
+  void* p = NULL;
+  void* s = NULL;
+  if (kv->n_alloc >= 64) return NULL;
+  if (posix_memalign(&p, 4096, bytes ? bytes : 1) != 0) return NULL;
+  if (posix_memalign(&s, 4096, bytes ? bytes : 1) != 0) {
+    free(p);
+    return NULL;
+  }
+  memset(p, TH_POISON, bytes);
+  memset(s, TH_POISON, bytes);
+  kv->alloc[kv->n_alloc] = p;
+  kv->shadow[kv->n_alloc] = s;
+  kv->alloc_bytes[kv->n_alloc] = bytes;
+  kv->n_alloc++;
+  *shadow = s;
+  return p;
+}
+
+int th_kv_create(th_kv** out, const th_kv_spec* spec) {
+  th_kv* kv = calloc(1, sizeof *kv);
+  if (!kv) return TUTTI_ENOMEM;
+  kv->spec = *spec;
+  kv->row = (size_t)spec->head_dim * spec->elem_bytes;
+  if (spec->num_layers > 32) {
+    free(kv);
+    return TUTTI_EINVAL;
+  }
+  tutti_kv_layout* L = &kv->layout;
+  if (spec->token_pad == 0 && spec->block_pad == 0) {
+    int rc = tutti_kv_layout_init(L, spec->num_layers, spec->num_blocks, spec->block_tokens,
+                                  spec->num_kv_heads, spec->head_dim, spec->elem_bytes,
+                                  spec->hnd);
+    if (rc != 0) {
+      free(kv);
+      return rc;
+    }
+  } else {
+    memset(L, 0, sizeof *L);
+    L->struct_size = sizeof *L;
+    L->num_layers = spec->num_layers;
+    L->num_blocks = spec->num_blocks;
+    L->block_tokens = spec->block_tokens;
+    L->num_kv_heads = spec->num_kv_heads;
+    L->head_dim = spec->head_dim;
+    L->elem_bytes = spec->elem_bytes;
+    L->memory = TUTTI_MEMORY_HOST;
+    if (spec->hnd) {
+      L->token_stride = kv->row + spec->token_pad;
+      L->head_stride = L->token_stride * spec->block_tokens;
+      L->block_stride = L->head_stride * spec->num_kv_heads + spec->block_pad;
+    } else {
+      L->head_stride = kv->row;
+      L->token_stride = kv->row * spec->num_kv_heads + spec->token_pad;
+      L->block_stride = L->token_stride * spec->block_tokens + spec->block_pad;
+    }
+  }
+  kv->tensor_bytes = (size_t)spec->num_blocks * L->block_stride;
+  for (uint32_t l = 0; l < spec->num_layers; l++) {
+    if (spec->fused) {
+      unsigned char* s;
+      unsigned char* p = kv_alloc(kv, 2 * kv->tensor_bytes + spec->misalign, &s);
+      if (!p) goto oom;
+      kv->k[l] = p + spec->misalign;
+      kv->k_shadow[l] = s + spec->misalign;
+      kv->v[l] = (unsigned char*)kv->k[l] + kv->tensor_bytes;
+      kv->v_shadow[l] = kv->k_shadow[l] + kv->tensor_bytes;
+    } else {
+      unsigned char *sk, *sv;
+      unsigned char* pk = kv_alloc(kv, kv->tensor_bytes + spec->misalign, &sk);
+      if (!pk) goto oom;
+      unsigned char* pv = kv_alloc(kv, kv->tensor_bytes + spec->misalign, &sv);
+      if (!pv) goto oom;
+      kv->k[l] = pk + spec->misalign;
+      kv->v[l] = pv + spec->misalign;
+      kv->k_shadow[l] = sk + spec->misalign;
+      kv->v_shadow[l] = sv + spec->misalign;
+    }
+  }
+  L->memory = TUTTI_MEMORY_HOST;
+  L->device = 0;
+  L->k_base = kv->k;
+  if (spec->fused) {
+    L->v_base = NULL;
+    L->v_offset = kv->tensor_bytes;
+  } else {
+    L->v_base = kv->v;
+    L->v_offset = 0;
+  }
+  *out = kv;
+  return 0;
+oom:
+  th_kv_destroy(kv);
+  return TUTTI_ENOMEM;
+}
+
+void th_kv_destroy(th_kv* kv) {
+  if (!kv) return;
+  for (size_t i = 0; i < kv->n_alloc; i++) {
+    free(kv->alloc[i]);
+    free(kv->shadow[i]);
+  }
+  free(kv);
+}
+
+static size_t row_offset(const th_kv* kv, int32_t block, size_t tok, uint32_t head) {
+  const tutti_kv_layout* L = &kv->layout;
+  return (size_t)block * L->block_stride + tok * L->token_stride + head * L->head_stride;
+}
+
+/* The bytes of one row: a function of the prompt prefix up to the token, layer, K/V, head. */
+static void pattern_row(const th_kv* kv, uint64_t chain, uint32_t layer, int is_v, uint32_t head,
+                        unsigned char* out) {
+  uint64_t x = th_mix64(chain ^ th_mix64(((uint64_t)layer << 32) | ((uint64_t)is_v << 16) | head));
+  size_t i = 0;
+  for (; i + 8 <= kv->row; i += 8) {
+    x = th_mix64(x);
+    memcpy(out + i, &x, 8);
+  }
+  x = th_mix64(x);
+  for (; i < kv->row; i++) out[i] = (unsigned char)(x >> (8 * (i & 7)));
+}
+
+enum { W_MEM = 1, W_SHADOW = 2, W_DONTCARE = 4 };
+
+static void write_rows(th_kv* kv, const th_prompt* p, const int32_t* table, size_t begin,
+                       size_t end, int where) {
+  unsigned char row[4096];
+  const th_kv_spec* s = &kv->spec;
+  if (end > p->n) end = p->n;
+  assert_true(kv->row <= sizeof row);
+  for (size_t t = begin; t < end; t++) {
+    int32_t block = table[t / s->block_tokens];
+    size_t tok = t % s->block_tokens;
+    for (uint32_t l = 0; l < s->num_layers; l++) {
+      for (int is_v = 0; is_v < 2; is_v++) {
+        unsigned char* mem = is_v ? (unsigned char*)kv->v[l] : (unsigned char*)kv->k[l];
+        unsigned char* sh = is_v ? kv->v_shadow[l] : kv->k_shadow[l];
+        for (uint32_t h = 0; h < s->num_kv_heads; h++) {
+          size_t off = row_offset(kv, block, tok, h);
+          if (where & W_DONTCARE) {
+            memcpy(sh + off, mem + off, kv->row);
+            continue;
+          }
+          pattern_row(kv, p->chain[t], l, is_v, h, row);
+          if (where & W_MEM) memcpy(mem + off, row, kv->row);
+          if (where & W_SHADOW) memcpy(sh + off, row, kv->row);
+        }
+      }
+    }
+  }
+}
+
+void th_kv_fill(th_kv* kv, const th_prompt* p, const int32_t* table, size_t begin, size_t end) {
+  write_rows(kv, p, table, begin, end, W_MEM | W_SHADOW);
+}
+
+void th_kv_expect(th_kv* kv, const th_prompt* p, const int32_t* table, size_t begin,
+                  size_t end) {
+  write_rows(kv, p, table, begin, end, W_SHADOW);
+}
+
+void th_kv_dontcare(th_kv* kv, const th_prompt* p, const int32_t* table, size_t begin,
+                    size_t end) {
+  write_rows(kv, p, table, begin, end, W_DONTCARE);
+}
+
+void th_kv_poison(th_kv* kv) {
+  for (size_t i = 0; i < kv->n_alloc; i++) {
+    memset(kv->alloc[i], TH_POISON, kv->alloc_bytes[i]);
+    memset(kv->shadow[i], TH_POISON, kv->alloc_bytes[i]);
+  }
+}
+
+void th_kv_poison_blocks(th_kv* kv, const int32_t* table, size_t nblocks) {
+  size_t bs = kv->layout.block_stride;
+  for (size_t b = 0; b < nblocks; b++) {
+    for (uint32_t l = 0; l < kv->spec.num_layers; l++) {
+      size_t off = (size_t)table[b] * bs;
+      memset((unsigned char*)kv->k[l] + off, TH_POISON, bs);
+      memset((unsigned char*)kv->v[l] + off, TH_POISON, bs);
+      memset(kv->k_shadow[l] + off, TH_POISON, bs);
+      memset(kv->v_shadow[l] + off, TH_POISON, bs);
+    }
+  }
+}
+
+size_t th_kv_check(const th_kv* kv, const th_prompt* p, const int32_t* table, size_t begin,
+                   size_t end, uint32_t layer_lo, uint32_t layer_hi, char* msg, size_t cap) {
+  unsigned char row[4096];
+  const th_kv_spec* s = &kv->spec;
+  size_t bad = 0;
+  if (msg && cap) msg[0] = '\0';
+  if (end > p->n) end = p->n;
+  if (layer_hi > s->num_layers) layer_hi = s->num_layers;
+  for (size_t t = begin; t < end; t++) {
+    int32_t block = table[t / s->block_tokens];
+    size_t tok = t % s->block_tokens;
+    for (uint32_t l = layer_lo; l < layer_hi; l++) {
+      for (int is_v = 0; is_v < 2; is_v++) {
+        const unsigned char* mem = is_v ? (const unsigned char*)kv->v[l]
+                                        : (const unsigned char*)kv->k[l];
+        for (uint32_t h = 0; h < s->num_kv_heads; h++) {
+          size_t off = row_offset(kv, block, tok, h);
+          pattern_row(kv, p->chain[t], l, is_v, h, row);
+          if (memcmp(mem + off, row, kv->row) != 0) {
+            if (bad == 0 && msg) {
+              size_t i = 0;
+              while (mem[off + i] == row[i]) i++;
+              snprintf(msg, cap,
+                       "token %zu (block %d slot %zu) layer %u %s head %u byte %zu: "
+                       "got 0x%02x, expected 0x%02x",
+                       t, (int)block, tok, (unsigned)l, is_v ? "V" : "K", (unsigned)h, i,
+                       mem[off + i], row[i]);
+            }
+            bad++;
+          }
+        }
+      }
+    }
+  }
+  return bad;
+}
+
+size_t th_kv_verify_all(const th_kv* kv, char* msg, size_t cap) {
+  size_t bad = 0;
+  if (msg && cap) msg[0] = '\0';
+  for (size_t a = 0; a < kv->n_alloc; a++) {
+    if (memcmp(kv->alloc[a], kv->shadow[a], kv->alloc_bytes[a]) == 0) continue;
+    for (size_t i = 0; i < kv->alloc_bytes[a]; i++) {
+      if (kv->alloc[a][i] == kv->shadow[a][i]) continue;
+      if (bad == 0 && msg) {
+        /* locate the byte: which layer/tensor, block, and offset inside the block */
+        size_t off = i < kv->spec.misalign ? 0 : i - kv->spec.misalign;
+        size_t per_layer = kv->spec.fused ? 1 : 2;
+        size_t layer = a / per_layer;
+        int is_v = kv->spec.fused ? off >= kv->tensor_bytes : (int)(a % 2);
+        if (kv->spec.fused && is_v) off -= kv->tensor_bytes;
+        snprintf(msg, cap,
+                 "layer %zu %s byte %zu (block %zu, +%zu in the block): got 0x%02x, "
+                 "expected 0x%02x",
+                 layer, is_v ? "V" : "K", off, off / kv->layout.block_stride,
+                 off % kv->layout.block_stride, kv->alloc[a][i], kv->shadow[a][i]);
+      }
+      bad++;
+    }
+  }
+  return bad;
+}
+
+/* ---- Block tables -------------------------------------------------------------------- */
+
+void th_blocks_init(th_blocks* a, uint32_t num_blocks, uint64_t* rng) {
+  a->perm = malloc((num_blocks ? num_blocks : 1) * sizeof *a->perm);
+  assert_non_null(a->perm);
+  a->num_blocks = num_blocks;
+  th_blocks_reset(a, rng);
+}
+
+void th_blocks_reset(th_blocks* a, uint64_t* rng) {
+  for (size_t i = 0; i < a->num_blocks; i++) a->perm[i] = (int32_t)i;
+  for (size_t i = a->num_blocks; i > 1; i--) {
+    size_t j = (size_t)th_rand_below(rng, i);
+    int32_t t = a->perm[i - 1];
+    a->perm[i - 1] = a->perm[j];
+    a->perm[j] = t;
+  }
+  a->next = 0;
+}
+
+void th_blocks_take(th_blocks* a, int32_t* out, size_t count) {
+  if (a->next + count > a->num_blocks)
+    fail_msg("test bug: %zu blocks wanted, %zu left", count, a->num_blocks - a->next);
+  memcpy(out, a->perm + a->next, count * sizeof *out);
+  a->next += count;
+}
+
+void th_blocks_free(th_blocks* a) {
+  free(a->perm);
+  a->perm = NULL;
+}
+
+size_t th_nblocks(size_t n, uint32_t block_tokens) {
+  return (n + block_tokens - 1) / block_tokens;
+}
+
+tutti_request th_request(const th_prompt* p, const int32_t* table, size_t ntable, size_t begin,
+                         size_t end) {
+  tutti_request r;
+  memset(&r, 0, sizeof r);
+  r.tokens = p->tokens;
+  r.num_tokens = p->n;
+  r.block_table = table;
+  r.num_block_ids = ntable;
+  r.token_begin = begin;
+  r.token_end = end;
+  r.salt = p->salt_len ? p->salt : NULL;
+  r.salt_len = p->salt_len;
+  return r;
+}
+
+/* ---- Runtime and batches ------------------------------------------------------------- */
+
+int th_options(tutti_options** out, const char* dir, const char* capacity,
+               unsigned chunk_tokens, const char* const* extra) {
+  char pool[4200];
+  char chunk[32];
+  tutti_options* o = NULL;
+  *out = NULL;
+  int rc = tutti_options_create(&o);
+  if (rc) return rc;
+  snprintf(pool, sizeof pool, "%s/pool.tutti", dir);
+  snprintf(chunk, sizeof chunk, "%u", chunk_tokens);
+  const char* kv[] = {"pool", pool,           "capacity", capacity ? capacity : "64M",
+                      "chunk_tokens", chunk,  "staging",  "16M",
+                      "rings", "2",           "threads",  "4",
+                      "queue_depth", "32",    NULL};
+  int own_pool = 0; /* `extra` names the pool(s) itself */
+  for (size_t i = 0; extra && extra[i]; i += 2) own_pool |= strcmp(extra[i], "pool") == 0;
+  for (size_t i = own_pool ? 2 : 0; kv[i]; i += 2)
+    if ((rc = tutti_options_set(o, kv[i], kv[i + 1])) != 0) goto fail;
+  for (size_t i = 0; extra && extra[i]; i += 2)
+    if ((rc = tutti_options_set(o, extra[i], extra[i + 1])) != 0) goto fail;
+  *out = o;
+  return 0;
+fail:
+  tutti_options_destroy(o);
+  return rc;
+}
+
+int th_open(tutti_runtime** out, const char* dir, const char* capacity, unsigned chunk_tokens,
+            const char* const* extra, const th_kv* kv) {
+  tutti_options* o = NULL;
+  tutti_runtime* rt = NULL;
+  *out = NULL;
+  int rc = th_options(&o, dir, capacity, chunk_tokens, extra);
+  if (rc) return rc;
+  rc = tutti_runtime_open(o, &rt);
+  tutti_options_destroy(o);
+  if (rc) return rc;
+  rc = tutti_runtime_register_kv(rt, &kv->layout);
+  if (rc) {
+    tutti_runtime_close(rt);
+    return rc;
+  }
+  *out = rt;
+  return 0;
+}
+
+int th_batch_run(tutti_runtime* rt, tutti_op op, const tutti_request* reqs, size_t n,
+                 tutti_result* results, int wait_layers, uint32_t num_layers) {
+  tutti_batch* b = NULL;
+  int rc = tutti_batch_create(rt, op, &b);
+  if (rc) return rc;
+  if ((rc = tutti_batch_add(b, reqs, n)) != 0) goto out;
+  if ((rc = tutti_batch_submit(b)) != 0) goto out;
+  if (wait_layers)
+    for (uint32_t l = 0; l < num_layers; l++)
+      if ((rc = tutti_batch_wait_layer(b, l)) != 0) goto out;
+  rc = tutti_batch_wait(b);
+  for (size_t i = 0; results && i < n; i++) {
+    int r2 = tutti_batch_result(b, i, &results[i]);
+    if (r2 != 0 && rc == 0) rc = r2;
+  }
+out:
+  tutti_batch_destroy(b);
+  return rc;
+}
+
+void th_store_prompt(tutti_runtime* rt, th_kv* kv, const th_prompt* p, const int32_t* table,
+                     size_t ntable) {
+  tutti_result res;
+  th_kv_fill(kv, p, table, 0, p->n);
+  tutti_request r = th_request(p, table, ntable, 0, 0);
+  TH_OK(th_batch_run(rt, TUTTI_OP_STORE, &r, 1, &res, 0, 0));
+  TH_EQ(res.status, 0);
+  TH_EQ(res.chunks_ok, res.chunks);
+}
+
+size_t th_lookup(tutti_runtime* rt, const th_prompt* p) {
+  size_t cached = (size_t)-1;
+  TH_OK(tutti_lookup(rt, p->tokens, p->n, p->salt_len ? p->salt : NULL, p->salt_len, &cached));
+  if (cached > p->n) fail_msg("lookup says %zu of %zu tokens are cached", cached, p->n);
+  return cached;
+}
+
+void th_load_and_check(tutti_runtime* rt, th_kv* kv, const th_prompt* p, const int32_t* table,
+                       size_t ntable, size_t tokens) {
+  tutti_result res;
+  if (tokens == 0) return; /* token_end 0 would mean the whole prompt */
+  th_kv_poison_blocks(kv, table, ntable);
+  th_kv_expect(kv, p, table, 0, tokens);
+  tutti_request r = th_request(p, table, ntable, 0, tokens);
+  TH_OK(th_batch_run(rt, TUTTI_OP_LOAD, &r, 1, &res, 0, 0));
+  TH_EQ(res.status, 0);
+  TH_EQ(res.tokens, tokens);
+  TH_EQ(res.chunks_ok, res.chunks);
+  TH_CHECK(kv, p, table, 0, tokens);
+  TH_VERIFY_ALL(kv);
+}
+
+tutti_stats th_stats(const tutti_runtime* rt) {
+  tutti_stats s;
+  memset(&s, 0, sizeof s);
+  s.struct_size = sizeof s;
+  TH_OK(tutti_runtime_stats(rt, &s));
+  return s;
+}

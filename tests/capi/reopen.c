@@ -1,0 +1,216 @@
+/* reopen: stored chunks survive close+reopen; another KV shape is refused with TUTTI_ELAYOUT. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+
+#define CT 32u
+#define NP 3
+
+typedef struct ro_data {
+  th_prompt p[NP];
+  int32_t st[NP][32];
+  size_t hit[NP];
+} ro_data;
+
+static th_kv_spec base_spec(void) {
+  th_kv_spec s = th_spec_default();
+  s.num_layers = 3;
+  s.block_tokens = 16;
+  s.num_blocks = 128;
+  return s;
+}
+
+static void store_all(tutti_runtime* rt, th_kv* kv, ro_data* d, uint64_t* rng) {
+  th_blocks alloc;
+  th_blocks_init(&alloc, kv->spec.num_blocks, rng);
+  for (int i = 0; i < NP; i++) {
+    th_prompt_random(&d->p[i], rng, CT * (size_t)(2 + i) + (size_t)i * 7);
+    size_t nb = th_nblocks(d->p[i].n, kv->spec.block_tokens);
+    th_blocks_take(&alloc, d->st[i], nb);
+    th_store_prompt(rt, kv, &d->p[i], d->st[i], nb);
+    d->hit[i] = d->p[i].n / CT * CT;
+    TH_EQ(th_lookup(rt, &d->p[i]), d->hit[i]);
+  }
+  th_blocks_free(&alloc);
+}
+
+/* Every prompt hits fully and loads byte-identical into fresh shuffled blocks of `kv`. */
+static void check_all(tutti_runtime* rt, th_kv* kv, const ro_data* d, uint64_t* rng) {
+  th_blocks alloc;
+  int32_t tab[64];
+  th_blocks_init(&alloc, kv->spec.num_blocks, rng);
+  th_kv_poison(kv);
+  for (int i = 0; i < NP; i++) {
+    TH_EQ(th_lookup(rt, &d->p[i]), d->hit[i]);
+    size_t nb = th_nblocks(d->p[i].n, kv->spec.block_tokens);
+    th_blocks_take(&alloc, tab, nb);
+    th_load_and_check(rt, kv, &d->p[i], tab, nb, d->hit[i]);
+  }
+  th_blocks_free(&alloc);
+}
+
+static void free_data(ro_data* d) {
+  for (int i = 0; i < NP; i++) th_prompt_free(&d->p[i]);
+}
+
+/* Open + register by hand, expecting `code` from register. */
+static void expect_register(const char* dir, unsigned chunk_tokens, const th_kv_spec* spec,
+                            int code) {
+  tutti_options* o = NULL;
+  tutti_runtime* rt = NULL;
+  th_kv* kv = NULL;
+  TH_OK(th_kv_create(&kv, spec));
+  TH_OK(th_options(&o, dir, "64M", chunk_tokens, NULL));
+  TH_OK(tutti_runtime_open(o, &rt));
+  tutti_options_destroy(o);
+  if (code == 0) {
+    TH_OK(tutti_runtime_register_kv(rt, &kv->layout));
+  } else {
+    TH_ERR(code, tutti_runtime_register_kv(rt, &kv->layout));
+    print_message("  refused as expected: %s\n", tutti_last_error());
+  }
+  tutti_runtime_close(rt);
+  th_kv_destroy(kv);
+}
+
+static void test_reopen(void** state) {
+  th_env* env = *state;
+  uint64_t rng = th_base_seed() ^ 0xD1;
+  th_kv_spec spec = base_spec();
+  th_kv* kv = NULL;
+  TH_OK(th_kv_create(&kv, &spec));
+  ro_data d;
+  tutti_runtime* rt = NULL;
+
+  TH_OK(th_open(&rt, env->dir, "64M", CT, NULL, kv));
+  store_all(rt, kv, &d, &rng);
+  uint64_t slots = th_stats(rt).slots_total;
+  tutti_runtime_close(rt);
+
+  /* same options */
+  TH_OK(th_open(&rt, env->dir, "64M", CT, NULL, kv));
+  TH_ERR(TUTTI_ESTATE, tutti_runtime_register_kv(rt, &kv->layout));
+  check_all(rt, kv, &d, &rng);
+  tutti_stats st = th_stats(rt);
+  TH_EQ(st.slots_total, slots);
+  assert_true(st.slots_used >= 2 + 3 + 4);
+  tutti_runtime_close(rt);
+
+  /* another shape: every fingerprint field on its own */
+  th_kv_spec bad;
+  bad = spec; bad.num_layers = 2;   expect_register(env->dir, CT, &bad, TUTTI_ELAYOUT);
+  bad = spec; bad.num_layers = 4;   expect_register(env->dir, CT, &bad, TUTTI_ELAYOUT);
+  bad = spec; bad.num_kv_heads = 4; expect_register(env->dir, CT, &bad, TUTTI_ELAYOUT);
+  bad = spec; bad.head_dim = 128;   expect_register(env->dir, CT, &bad, TUTTI_ELAYOUT);
+  bad = spec; bad.elem_bytes = 4;   expect_register(env->dir, CT, &bad, TUTTI_ELAYOUT);
+  /* same bytes per token, other split: still another shape */
+  bad = spec; bad.num_kv_heads = 1; bad.head_dim = 128;
+  expect_register(env->dir, CT, &bad, TUTTI_ELAYOUT);
+  bad = spec; bad.elem_bytes = 1; bad.head_dim = 128;
+  expect_register(env->dir, CT, &bad, TUTTI_ELAYOUT);
+  expect_register(env->dir, 2 * CT, &spec, TUTTI_ELAYOUT);
+
+  /* the refused attempts changed nothing: another capacity, create=0 and a file:// URI of the
+   * same pool all open it with its data */
+  const char* nocreate[] = {"create", "0", NULL};
+  TH_OK(th_open(&rt, env->dir, "128M", CT, nocreate, kv));
+  TH_EQ(th_stats(rt).slots_total, slots); /* an existing pool keeps its size */
+  check_all(rt, kv, &d, &rng);
+  tutti_runtime_close(rt);
+  if (env->dir[0] == '/') {
+    char uri[4300];
+    snprintf(uri, sizeof uri, "file://%s/pool.tutti", env->dir);
+    const char* by_uri[] = {"pool", uri, NULL};
+    TH_OK(th_open(&rt, env->dir, "64M", CT, by_uri, kv));
+    check_all(rt, kv, &d, &rng);
+    tutti_runtime_close(rt);
+  }
+
+  /* a second close/reopen cycle after reads */
+  TH_OK(th_open(&rt, env->dir, "64M", CT, NULL, kv));
+  check_all(rt, kv, &d, &rng);
+  tutti_runtime_close(rt);
+
+  free_data(&d);
+  th_kv_destroy(kv);
+}
+
+/* The fingerprint leaves out the block layout: a pool written through one layout (NHD,
+ * separate, 16-token blocks) reads back the same logical bytes through others. */
+static void test_reopen_other_layout(void** state) {
+  th_env* env = *state;
+  uint64_t rng = th_base_seed() ^ 0xD2;
+  th_kv_spec spec = base_spec();
+  th_kv* kv = NULL;
+  TH_OK(th_kv_create(&kv, &spec));
+  ro_data d;
+  tutti_runtime* rt = NULL;
+  TH_OK(th_open(&rt, env->dir, "64M", CT, NULL, kv));
+  store_all(rt, kv, &d, &rng);
+  tutti_runtime_close(rt);
+  th_kv_destroy(kv);
+
+  th_kv_spec other[4];
+  for (int i = 0; i < 4; i++) other[i] = spec;
+  other[0].hnd = 1;
+  other[1].block_tokens = 8;
+  other[1].num_blocks = 256;
+  other[1].fused = 1;
+  other[2].block_tokens = 32;
+  other[2].num_blocks = 64;
+  other[2].hnd = 1;
+  other[2].block_pad = 192;
+  other[2].misalign = 64;
+  other[3].fused = 1;
+  other[3].token_pad = 32;
+  for (int i = 0; i < 4; i++) {
+    TH_OK(th_kv_create(&kv, &other[i]));
+    TH_OK(th_open(&rt, env->dir, "64M", CT, NULL, kv));
+    check_all(rt, kv, &d, &rng);
+    tutti_runtime_close(rt);
+    th_kv_destroy(kv);
+  }
+  free_data(&d);
+}
+
+/* A pool striped over two files reopens with both. */
+static void test_striped(void** state) {
+  th_env* env = *state;
+  uint64_t rng = th_base_seed() ^ 0xD3;
+  th_kv_spec spec = base_spec();
+  th_kv* kv = NULL;
+  TH_OK(th_kv_create(&kv, &spec));
+  char a[4300], b[4300];
+  if (env->dir[0] == '/') {
+    snprintf(a, sizeof a, "file://%s/a.pool?size=32M", env->dir);
+    snprintf(b, sizeof b, "file://%s/b.pool?size=32M", env->dir);
+  } else {
+    snprintf(a, sizeof a, "%s/a.pool", env->dir);
+    snprintf(b, sizeof b, "%s/b.pool", env->dir);
+  }
+  const char* two[] = {"pool", a, "pool", b, NULL};
+  ro_data d;
+  tutti_runtime* rt = NULL;
+  TH_OK(th_open(&rt, env->dir, "64M", CT, two, kv));
+  store_all(rt, kv, &d, &rng);
+  check_all(rt, kv, &d, &rng);
+  tutti_runtime_close(rt);
+  TH_OK(th_open(&rt, env->dir, "64M", CT, two, kv));
+  check_all(rt, kv, &d, &rng);
+  tutti_runtime_close(rt);
+  free_data(&d);
+  th_kv_destroy(kv);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_reopen, th_setup_dir, th_teardown_dir),
+      cmocka_unit_test_setup_teardown(test_reopen_other_layout, th_setup_dir, th_teardown_dir),
+      cmocka_unit_test_setup_teardown(test_striped, th_setup_dir, th_teardown_dir),
+  };
+  th_base_seed();
+  return cmocka_run_group_tests_name("reopen", tests, NULL, NULL);
+}
