@@ -1,1 +1,632 @@
-int main(){return 0;}
+// tutti: the command-line tool. `info` says what works here, `bench` measures store and
+// layer-wise load of a synthetic KV cache against the raw device, `fsck` and `stats` inspect a
+// pool. bench drives the public C ABI, exactly as an engine would.
+#include <liburing.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "binding/kv_binding.hpp"
+#include "common/error.hpp"
+#include "common/fd.hpp"
+#include "common/units.hpp"
+#include "datapath/backend.hpp"
+#include "pool/pool.hpp"
+#include "resolver/uri.hpp"
+#include "runtime/config.hpp"
+#include "tutti.h"
+
+namespace {
+
+using tutti::format_bytes;
+
+const char* kUsage =
+    "usage: tutti <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  info                 version, build features, and which backends work here (and why not)\n"
+    "  bench [options]      store a synthetic KV cache, load it back layer by layer, verify every\n"
+    "                       byte, and compare with the raw O_DIRECT bandwidth of the same pool file\n"
+    "  fsck POOL... [--repair]\n"
+    "                       check superblocks, commit records and every layer checksum;\n"
+    "                       --repair drops the records of chunks that fail\n"
+    "  stats POOL...        occupancy, chunks and layout fingerprint of a pool\n"
+    "\n"
+    "bench options:\n"
+    "  --model NAME         llama3-8b (default), llama3-70b, qwen2.5-7b, mistral-7b, tiny\n"
+    "  --tokens N           prompt tokens to store and load (default 8192)\n"
+    "  --requests N         split the tokens over N requests of one batch (default 1)\n"
+    "  --pool URI           pool to use; it is recreated for every run (default ./tutti-bench.pool)\n"
+    "  --backends LIST      comma-separated backends (default: every one that works here)\n"
+    "  --no-baseline        skip the per-block baseline (one I/O per block and K/V)\n"
+    "  --direct MODE        auto | on | off: vectored I/O straight into the blocks (default auto)\n"
+    "  --block-tokens N     tokens per KV block (default 16)\n"
+    "  --chunk-tokens N     tokens per stored chunk (default 256)\n"
+    "  --hnd                use the HND block layout (default NHD)\n"
+    "  --json               one JSON object per line instead of a table\n"
+    "  --keep               keep the pool file afterwards\n"
+    "  --quiet              no progress output\n"
+    "\n"
+    "Every runtime option of tutti.h can also be set with its TUTTI_* environment variable\n"
+    "(TUTTI_RINGS, TUTTI_QUEUE_DEPTH, TUTTI_STAGING, TUTTI_LOOKAHEAD, TUTTI_THREADS, ...).\n";
+
+struct Model {
+  const char* name;
+  uint32_t layers, heads, head_dim, elem_bytes;
+};
+const Model kModels[] = {
+    {"llama3-8b", 32, 8, 128, 2},  {"llama3-70b", 80, 8, 128, 2}, {"qwen2.5-7b", 28, 4, 128, 2},
+    {"mistral-7b", 32, 8, 128, 2}, {"tiny", 2, 2, 64, 2},
+};
+
+double now_s() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+double thread_cpu_s() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+double process_cpu_s() {
+  rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+int die(const char* what, int rc) {
+  std::fprintf(stderr, "tutti: %s: %s (%s)\n", what, tutti_strerror(rc), tutti_last_error());
+  return 2;
+}
+
+// ---- info ---------------------------------------------------------------------------------
+
+int cmd_info() {
+  std::printf("tutti %s (C ABI %u)\n", tutti_version_string(), tutti_version_number());
+  std::printf("build: liburing, xxhash; CUDA: not in this build (host memory stands in for the GPU)\n");
+  std::string why = tutti::uring_unavailable_reason();
+  std::printf("backends:\n");
+  std::printf("  uring      %s\n", why.empty() ? "works (io_uring, O_DIRECT, fixed files and buffers)" : ("unusable: " + why).c_str());
+  std::printf("  posix      works (thread pool, preadv/pwritev)\n");
+  std::printf("  gpu-uring  not in this build (needs CUDA)\n");
+  std::printf("  cufile     not in this build (needs CUDA)\n");
+  std::printf("  nvme       not in this build (needs the tutti kernel module)\n");
+  std::printf("  dram       not in this build\n");
+  std::printf("auto picks: %s\n", why.empty() ? "uring" : "posix");
+  std::printf("options (each also from TUTTI_<KEY>):\n");
+  for (auto& o : tutti::option_table())
+    std::printf("  %-17s default %-13s %s\n", o.key, *o.default_value ? o.default_value : "\"\"", o.help);
+  return 0;
+}
+
+// ---- bench --------------------------------------------------------------------------------
+
+struct BenchArgs {
+  const Model* model = &kModels[0];
+  size_t tokens = 8192;
+  size_t requests = 1;
+  std::string pool = "./tutti-bench.pool";
+  std::vector<std::string> backends;
+  bool baseline = true;
+  std::string direct = "auto";
+  uint32_t block_tokens = 16;
+  uint32_t chunk_tokens = 256;
+  bool hnd = false;
+  bool json = false;
+  bool keep = false;
+  bool quiet = false;
+};
+
+// The synthetic KV cache: one fused tensor per layer [2, blocks, block_tokens, heads, head_dim]
+// (or HND), filled with a pattern that is a function of (layer, K/V, logical block, word), so a
+// byte that lands in the wrong place is caught.
+class KvCache {
+ public:
+  KvCache(const BenchArgs& a) : a_(a) {
+    const Model& m = *a.model;
+    blocks_ = static_cast<uint32_t>(a.tokens / a.block_tokens);
+    block_bytes_ = uint64_t{a.block_tokens} * m.heads * m.head_dim * m.elem_bytes;
+    layer_bytes_ = 2 * uint64_t{blocks_} * block_bytes_;
+    mem_ = tutti::AlignedBuffer(layer_bytes_ * m.layers, 2 << 20);
+    for (uint32_t l = 0; l < m.layers; ++l) bases_.push_back(mem_.data() + l * layer_bytes_);
+    // A shuffled block table, as a paged allocator hands out.
+    table_.resize(blocks_);
+    for (uint32_t i = 0; i < blocks_; ++i) table_[i] = static_cast<int32_t>(i);
+    std::mt19937 rng(42);
+    std::shuffle(table_.begin(), table_.end(), rng);
+    tokens_.resize(a.tokens);
+    for (size_t i = 0; i < a.tokens; ++i) tokens_[i] = static_cast<int32_t>(rng() % 128000);
+  }
+
+  tutti_kv_layout layout() const {
+    const Model& m = *a_.model;
+    tutti_kv_layout l;
+    tutti_kv_layout_init(&l, m.layers, blocks_, a_.block_tokens, m.heads, m.head_dim, m.elem_bytes, a_.hnd);
+    l.k_base = bases_.data();
+    l.v_base = nullptr;
+    l.v_offset = uint64_t{blocks_} * block_bytes_;
+    return l;
+  }
+
+  void fill() { walk([](uint64_t* w, uint64_t v) { *w = v; return true; }); }
+  void clear() { std::memset(mem_.data(), 0, mem_.size()); }
+  bool verify() { return walk([](uint64_t* w, uint64_t v) { return *w == v; }); }
+
+  uint64_t bytes() const { return mem_.size(); }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  const std::vector<int32_t>& table() const { return table_; }
+
+ private:
+  template <class Fn>
+  bool walk(Fn fn) {
+    const uint64_t words = block_bytes_ / 8;
+    for (uint32_t l = 0; l < a_.model->layers; ++l)
+      for (uint32_t side = 0; side < 2; ++side)
+        for (uint32_t logical = 0; logical < blocks_; ++logical) {
+          auto* w = reinterpret_cast<uint64_t*>(static_cast<std::byte*>(bases_[l]) + side * uint64_t{blocks_} * block_bytes_ +
+                                                uint64_t(table_[logical]) * block_bytes_);
+          uint64_t x = (uint64_t{l} << 40) ^ (uint64_t{side} << 39) ^ (uint64_t{logical} << 8) ^ 0x9E3779B97F4A7C15ull;
+          for (uint64_t i = 0; i < words; ++i) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift64
+            if (!fn(w + i, x)) return false;
+          }
+        }
+    return true;
+  }
+
+  const BenchArgs& a_;
+  uint32_t blocks_ = 0;
+  uint64_t block_bytes_ = 0, layer_bytes_ = 0;
+  tutti::AlignedBuffer mem_;
+  std::vector<void*> bases_;
+  std::vector<int32_t> table_, tokens_;
+};
+
+struct Row {
+  std::string bench, backend, io_mode;
+  bool direct = false;
+  uint64_t bytes = 0;
+  double seconds = 0, gbps = 0, ratio = 0, cpu_us_layer = 0, io_cpu_us_layer = 0, ios_layer = 0;
+  bool verified = false;
+  bool has_cpu = false;
+};
+
+// Raw O_DIRECT bandwidth of a byte range of the pool file: 1 MiB I/Os, 64 in flight on one
+// io_uring ring, writes followed by one fdatasync. The device figure every ratio refers to.
+double raw_bandwidth(const std::string& path, uint64_t offset, uint64_t bytes, bool write) {
+  tutti::Fd fd(::open(path.c_str(), (write ? O_WRONLY : O_RDONLY) | O_DIRECT | O_CLOEXEC));
+  if (!fd) fd = tutti::Fd(::open(path.c_str(), (write ? O_WRONLY : O_RDONLY) | O_CLOEXEC));  // tmpfs
+  if (!fd) return 0;
+  const uint64_t io = 1 << 20;
+  const unsigned depth = 64;
+  tutti::AlignedBuffer buf(io * depth);
+  std::memset(buf.data(), 0x5a, buf.size());
+  io_uring ring;
+  if (io_uring_queue_init(depth, &ring, 0) != 0) return 0;
+  double t0 = now_s();
+  uint64_t next = 0, done = 0;
+  unsigned inflight = 0;
+  bool ok = true;
+  const uint64_t count = (bytes + io - 1) / io;
+  while (done < count && ok) {
+    while (inflight < depth && next < count) {
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+      void* p = buf.data() + (next % depth) * io;
+      uint64_t len = std::min(io, bytes - next * io);
+      if (write)
+        io_uring_prep_write(sqe, fd.get(), p, static_cast<unsigned>(len), offset + next * io);
+      else
+        io_uring_prep_read(sqe, fd.get(), p, static_cast<unsigned>(len), offset + next * io);
+      ++next, ++inflight;
+    }
+    io_uring_submit_and_wait(&ring, 1);
+    io_uring_cqe* cqe;
+    while (io_uring_peek_cqe(&ring, &cqe) == 0) {
+      ok = ok && cqe->res > 0;
+      io_uring_cqe_seen(&ring, cqe);
+      --inflight, ++done;
+    }
+  }
+  if (write) ::fdatasync(fd.get());
+  double t = now_s() - t0;
+  io_uring_queue_exit(&ring);
+  return ok && t > 0 ? static_cast<double>(bytes) / t / 1e9 : 0;
+}
+
+void print_row(const BenchArgs& a, const Row& r) {
+  if (a.json) {
+    std::printf(
+        "{\"bench\":\"%s\",\"backend\":\"%s\",\"io_mode\":\"%s\",\"direct\":%s,\"model\":\"%s\",\"tokens\":%zu,"
+        "\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.3f,\"ratio_to_raw\":%.3f,\"cpu_us_per_layer\":%s,"
+        "\"io_cpu_us_per_layer\":%s,\"ios_per_layer\":%s,\"verified\":%s}\n",
+        r.bench.c_str(), r.backend.c_str(), r.io_mode.c_str(), r.direct ? "true" : "false", a.model->name, a.tokens,
+        r.bytes, r.seconds, r.gbps, r.ratio, r.has_cpu ? std::to_string(r.cpu_us_layer).c_str() : "null",
+        r.has_cpu ? std::to_string(r.io_cpu_us_layer).c_str() : "null",
+        r.has_cpu ? std::to_string(r.ios_layer).c_str() : "null", r.verified ? "true" : "false");
+  } else {
+    if (!r.has_cpu)
+      std::printf("%-10s %-7s %-20s %8.2f %7.2f %12s %14s %10s %s\n", r.bench.c_str(), r.backend.c_str(), r.io_mode.c_str(),
+                  r.gbps, r.ratio, "-", "-", "-", "-");
+    else
+      std::printf("%-10s %-7s %-20s %8.2f %7.2f %12.1f %14.1f %10.0f %s\n", r.bench.c_str(), r.backend.c_str(),
+                  r.io_mode.c_str(), r.gbps, r.ratio, r.cpu_us_layer, r.io_cpu_us_layer, r.ios_layer,
+                  r.verified ? "yes" : "NO");
+  }
+  std::fflush(stdout);
+}
+
+void progress(const BenchArgs& a, const char* fmt, const std::string& s) {
+  if (a.quiet) return;
+  std::fprintf(stderr, fmt, s.c_str());
+  std::fflush(stderr);
+}
+
+struct RunResult {
+  Row store, load;
+  uint64_t data_offset = 0, data_bytes = 0;
+  std::string path;
+  int rc = 0;
+};
+
+// One store + load of the whole cache with one backend and I/O mode.
+// `raw`, when set, measures the device on this run's pool: writes right after the pool is
+// created (the same fresh extents the store meets), reads after the load.
+struct RawFigures {
+  double read = 0, write = 0;
+  uint64_t bytes = 0;
+};
+RunResult run_once(const BenchArgs& a, KvCache& kv, const std::string& backend, const char* io_mode, RawFigures* raw) {
+  RunResult out;
+  const Model& m = *a.model;
+  tutti::PoolUri uri = tutti::parse_pool_uri(a.pool);
+  out.path = uri.path;
+  ::unlink(uri.path.c_str());  // a fresh pool each run: nothing may be found already stored
+
+  tutti::Shape shape{m.layers, m.heads, m.head_dim, m.elem_bytes, a.chunk_tokens};
+  const size_t chunks = a.tokens / a.chunk_tokens;
+  tutti_options* o = nullptr;
+  tutti_options_create(&o);
+  tutti_options_set(o, "pool", a.pool.c_str());
+  std::string cap = std::to_string(tutti::Geometry::file_bytes_for(shape, chunks + 1));
+  tutti_options_set(o, "capacity", cap.c_str());
+  tutti_options_set(o, "chunk_tokens", std::to_string(a.chunk_tokens).c_str());
+  tutti_options_set(o, "backend", backend.c_str());
+  tutti_options_set(o, "io_mode", io_mode);
+  tutti_options_set(o, "direct_to_blocks", a.direct.c_str());
+  tutti_runtime* rt = nullptr;
+  int rc = tutti_runtime_open(o, &rt);
+  tutti_options_destroy(o);
+  if (rc) {
+    out.rc = die("open", rc);
+    return out;
+  }
+  tutti_kv_layout layout = kv.layout();
+  if ((rc = tutti_runtime_register_kv(rt, &layout))) {
+    out.rc = die("register", rc);
+    tutti_runtime_close(rt);
+    return out;
+  }
+  tutti::Geometry g(shape, 1, chunks + 1);
+  out.data_offset = g.data_offset();
+  out.data_bytes = chunks * shape.slot_bytes();
+  if (raw) {
+    progress(a, "  raw O_DIRECT write of %s...", format_bytes(out.data_bytes));
+    raw->write = raw_bandwidth(out.path, out.data_offset, out.data_bytes, true);
+    raw->bytes = out.data_bytes;
+    progress(a, "%s\n", "");
+  }
+
+  // Requests: the prompt split into `requests` equal prompts (distinct token ids), each with
+  // its share of the block table.
+  const size_t per = a.tokens / a.requests;
+  std::vector<tutti_request> reqs(a.requests);
+  for (size_t i = 0; i < a.requests; ++i) {
+    tutti_request& r = reqs[i];
+    std::memset(&r, 0, sizeof r);
+    r.tokens = kv.tokens().data() + i * per;
+    r.num_tokens = per;
+    r.block_table = kv.table().data() + i * per / a.block_tokens;
+    r.num_block_ids = per / a.block_tokens;
+  }
+
+  auto run_batch = [&](tutti_op op, Row& row) {
+    row.bench = op == TUTTI_OP_LOAD ? "load" : "store";
+    row.backend = backend;
+    row.io_mode = io_mode;
+    tutti_stats s0{}, s1{};
+    s0.struct_size = s1.struct_size = sizeof(tutti_stats);
+    tutti_runtime_stats(rt, &s0);
+    double p0 = process_cpu_s(), t0 = now_s();
+    double c0 = thread_cpu_s();
+    tutti_batch* b = nullptr;
+    int r = tutti_batch_create(rt, op, &b);
+    if (!r) r = tutti_batch_add(b, reqs.data(), reqs.size());
+    if (!r) r = tutti_batch_submit(b);
+    for (uint32_t l = 0; l < m.layers && !r; ++l) r = tutti_batch_wait_layer(b, l);
+    if (!r) r = tutti_batch_wait(b);
+    double c1 = thread_cpu_s();
+    double t1 = now_s(), p1 = process_cpu_s();
+    tutti_runtime_stats(rt, &s1);
+    size_t moved = 0;
+    for (size_t i = 0; i < reqs.size() && !r; ++i) {
+      tutti_result res;
+      tutti_batch_result(b, i, &res);
+      moved += res.tokens;
+    }
+    tutti_batch_destroy(b);
+    if (r) return die(op == TUTTI_OP_LOAD ? "load" : "store", r);
+    if (moved != (per / a.chunk_tokens) * a.chunk_tokens * a.requests) {
+      std::fprintf(stderr, "tutti: %s moved %zu tokens, expected all\n", row.bench.c_str(), moved);
+      return 2;
+    }
+    row.bytes = op == TUTTI_OP_LOAD ? s1.bytes_read - s0.bytes_read : s1.bytes_written - s0.bytes_written;
+    row.seconds = t1 - t0;
+    row.gbps = static_cast<double>(row.bytes) / row.seconds / 1e9;
+    row.cpu_us_layer = (c1 - c0) * 1e6 / m.layers;
+    row.io_cpu_us_layer = (p1 - p0) * 1e6 / m.layers;
+    row.ios_layer = static_cast<double>(s1.ios - s0.ios) / m.layers;
+    row.has_cpu = true;
+    return 0;
+  };
+
+  kv.fill();
+  progress(a, "  %s: store...", backend + " " + io_mode);
+  if ((out.rc = run_batch(TUTTI_OP_STORE, out.store))) {
+    tutti_runtime_close(rt);
+    return out;
+  }
+  out.store.verified = true;  // a store is verified by the load that follows
+  kv.clear();
+  progress(a, " load...%s", "");
+  size_t hit = 0;
+  tutti_lookup(rt, reqs[0].tokens, reqs[0].num_tokens, nullptr, 0, &hit);
+  if ((out.rc = run_batch(TUTTI_OP_LOAD, out.load))) {
+    tutti_runtime_close(rt);
+    return out;
+  }
+  progress(a, " verify...%s", "");
+  out.load.verified = hit == (per / a.chunk_tokens) * a.chunk_tokens && kv.verify();
+  out.store.verified = out.load.verified;
+  out.store.direct = out.load.direct = std::string(io_mode) == "object" && a.direct != "off" &&
+                                       tutti::KvBinding(layout, a.chunk_tokens).direct_capable();
+  progress(a, " %s\n", out.load.verified ? "ok" : "MISMATCH");
+  if (raw) {
+    progress(a, "  raw O_DIRECT read of %s...", format_bytes(out.data_bytes));
+    raw->read = raw_bandwidth(out.path, out.data_offset, out.data_bytes, false);
+    progress(a, "%s\n", "");
+  }
+  tutti_runtime_close(rt);
+  return out;
+}
+
+int cmd_bench(int argc, char** argv) {
+  BenchArgs a;
+  auto need_value = [&](int& i) -> const char* {
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "tutti bench: %s needs a value\n", argv[i]);
+      std::exit(2);
+    }
+    return argv[++i];
+  };
+  auto number = [&](const char* flag, const char* v) -> size_t {
+    auto n = tutti::parse_size(v);
+    if (!n || *n == 0) {
+      std::fprintf(stderr, "tutti bench: %s: '%s' is not a positive number\n", flag, v);
+      std::exit(2);
+    }
+    return *n;
+  };
+  for (int i = 0; i < argc; ++i) {
+    std::string f = argv[i];
+    if (f == "--model") {
+      std::string v = need_value(i);
+      a.model = nullptr;
+      for (auto& m : kModels)
+        if (v == m.name) a.model = &m;
+      if (!a.model) {
+        std::fprintf(stderr, "tutti bench: unknown model '%s' (llama3-8b, llama3-70b, qwen2.5-7b, mistral-7b, tiny)\n", v.c_str());
+        return 2;
+      }
+    } else if (f == "--tokens") {
+      a.tokens = number("--tokens", need_value(i));
+    } else if (f == "--requests") {
+      a.requests = number("--requests", need_value(i));
+    } else if (f == "--pool") {
+      a.pool = need_value(i);
+    } else if (f == "--backends") {
+      std::string v = need_value(i);
+      for (size_t s = 0; s <= v.size();) {
+        size_t e = v.find(',', s);
+        if (e == std::string::npos) e = v.size();
+        if (e > s) a.backends.push_back(v.substr(s, e - s));
+        s = e + 1;
+      }
+    } else if (f == "--no-baseline") {
+      a.baseline = false;
+    } else if (f == "--direct") {
+      a.direct = need_value(i);
+    } else if (f == "--block-tokens") {
+      a.block_tokens = static_cast<uint32_t>(number("--block-tokens", need_value(i)));
+    } else if (f == "--chunk-tokens") {
+      a.chunk_tokens = static_cast<uint32_t>(number("--chunk-tokens", need_value(i)));
+    } else if (f == "--hnd") {
+      a.hnd = true;
+    } else if (f == "--json") {
+      a.json = true;
+    } else if (f == "--keep") {
+      a.keep = true;
+    } else if (f == "--quiet") {
+      a.quiet = true;
+    } else if (f == "-h" || f == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "tutti bench: unknown option '%s' (see tutti --help)\n", f.c_str());
+      return 2;
+    }
+  }
+  if (a.chunk_tokens % a.block_tokens || a.tokens % (a.chunk_tokens * a.requests)) {
+    std::fprintf(stderr, "tutti bench: --tokens must be a multiple of --chunk-tokens x --requests, and --chunk-tokens a multiple of --block-tokens\n");
+    return 2;
+  }
+  if (a.backends.empty()) {
+    if (tutti::uring_unavailable_reason().empty()) a.backends.push_back("uring");
+    a.backends.push_back("posix");
+  }
+
+  const Model& m = *a.model;
+  KvCache kv(a);
+  if (!a.json) {
+    std::printf("tutti bench: %s (%u layers, %u kv heads, head dim %u), %zu tokens in %zu request(s), KV %s, pool %s\n",
+                m.name, m.layers, m.heads, m.head_dim, a.tokens, a.requests, format_bytes(kv.bytes()).c_str(), a.pool.c_str());
+    std::printf("%-10s %-7s %-20s %8s %7s %12s %14s %10s %s\n", "bench", "backend", "io_mode", "GB/s", "x raw",
+                "cpu us/layer", "io cpu us/layer", "I/Os/layer", "verified");
+  }
+
+  std::vector<std::pair<std::string, const char*>> runs;
+  for (auto& b : a.backends) runs.emplace_back(b, "object");
+  if (a.baseline) runs.emplace_back(a.backends.front(), "per-block-baseline");
+
+  RawFigures raw;
+  bool all_ok = true;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    progress(a, "[%s]", std::to_string(i + 1) + "/" + std::to_string(runs.size()));
+    RunResult r = run_once(a, kv, runs[i].first, runs[i].second, i == 0 ? &raw : nullptr);
+    if (r.rc) return r.rc;
+    if (i == 0) {
+      for (auto [name, gbps] : {std::pair{"raw-read", raw.read}, std::pair{"raw-write", raw.write}}) {
+        Row row;
+        row.bench = name;
+        row.backend = "raw";
+        row.io_mode = "1MiB-qd64";
+        row.bytes = raw.bytes;
+        row.gbps = gbps;
+        row.seconds = gbps > 0 ? static_cast<double>(raw.bytes) / gbps / 1e9 : 0;
+        row.ratio = 1;
+        row.verified = true;
+        print_row(a, row);
+      }
+    }
+    const double raw_read = raw.read, raw_write = raw.write;
+    r.store.ratio = raw_write > 0 ? r.store.gbps / raw_write : 0;
+    r.load.ratio = raw_read > 0 ? r.load.gbps / raw_read : 0;
+    print_row(a, r.store);
+    print_row(a, r.load);
+    all_ok = all_ok && r.load.verified;
+    if (!a.keep || i + 1 < runs.size()) ::unlink(r.path.c_str());
+  }
+  if (!all_ok) {
+    std::fprintf(stderr, "tutti bench: loaded bytes differ from stored bytes\n");
+    return 1;
+  }
+  return 0;
+}
+
+// ---- fsck and stats -----------------------------------------------------------------------
+
+std::vector<tutti::PoolUri> pool_args(int argc, char** argv, bool* repair) {
+  std::vector<tutti::PoolUri> uris;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (repair && a == "--repair")
+      *repair = true;
+    else
+      uris.push_back(tutti::parse_pool_uri(a));
+  }
+  if (uris.empty()) tutti::fail(TUTTI_EINVAL, "name the pool file(s)");
+  return uris;
+}
+
+int cmd_stats(int argc, char** argv) {
+  auto pool = tutti::Pool::open_existing(pool_args(argc, argv, nullptr));
+  const auto& g = pool->geometry();
+  uint64_t torn = 0;
+  auto records = pool->read_records(&torn);
+  std::printf("pool %s: %zu file(s), format version %u\n", tutti::uuid_string(pool->uuid()).c_str(), pool->files(),
+              tutti::kFormatVersion);
+  for (size_t i = 0; i < pool->files(); ++i)
+    std::printf("  file %zu: %s%s\n", i, pool->file(i).path.c_str(), pool->file(i).direct ? "" : " (buffered: no O_DIRECT)");
+  std::printf("layout: %s\n", g.shape().describe().c_str());
+  std::printf("slot: %s (%s per layer), %" PRIu64 " slots\n", format_bytes(g.shape().slot_bytes()).c_str(),
+              format_bytes(g.shape().layer_bytes()).c_str(), g.slots());
+  std::printf("chunks: %zu committed (%.1f%% full, %s of KV), %" PRIu64 " unreadable records\n", records.size(),
+              g.slots() ? 100.0 * static_cast<double>(records.size()) / static_cast<double>(g.slots()) : 0.0,
+              format_bytes(records.size() * g.shape().slot_bytes()).c_str(), torn);
+  return 0;
+}
+
+int cmd_fsck(int argc, char** argv) {
+  bool repair = false;
+  auto pool = tutti::Pool::open_existing(pool_args(argc, argv, &repair));
+  const auto& g = pool->geometry();
+  uint64_t torn = 0;
+  auto records = pool->read_records(&torn);
+  std::printf("superblocks: ok (%zu file(s), %s)\n", pool->files(), g.shape().describe().c_str());
+  std::printf("commit records: %zu valid, %" PRIu64 " failed their checksum (treated as free)\n", records.size(), torn);
+  tutti::AlignedBuffer buf(g.shape().layer_bytes());
+  std::vector<uint64_t> bad;
+  std::vector<tutti::Key> seen;
+  double last = now_s();
+  for (size_t i = 0; i < records.size(); ++i) {
+    const auto& r = records[i];
+    for (uint32_t l = 0; l < g.shape().layers; ++l) {
+      tutti::Extent e = g.layer_extent(r.slot, l);
+      const auto& f = pool->file(e.file);
+      ssize_t n = ::pread(f.fd.get(), buf.data(), e.length, static_cast<off_t>(e.offset));
+      if (n != static_cast<ssize_t>(e.length) || tutti::checksum64(buf.data(), e.length) != r.layer_sums[l]) {
+        std::printf("  slot %" PRIu64 ": layer %u fails its checksum\n", r.slot, l);
+        bad.push_back(r.slot);
+        break;
+      }
+    }
+    if (now_s() - last > 1.0) {
+      std::fprintf(stderr, "  checked %zu of %zu chunks\n", i + 1, records.size());
+      last = now_s();
+    }
+  }
+  std::printf("data: %zu of %zu chunks verified, %zu bad\n", records.size() - bad.size(), records.size(), bad.size());
+  if (bad.empty()) return torn ? 1 : 0;
+  if (!repair) {
+    std::printf("run with --repair to drop the bad chunks (they become misses)\n");
+    return 4;
+  }
+  pool->write_tombstones(bad);
+  std::printf("repaired: dropped %zu chunk(s)\n", bad.size());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "--version" || cmd == "version") {
+    std::printf("tutti %s\n", tutti_version_string());
+    return 0;
+  }
+  try {
+    if (cmd == "info") return cmd_info();
+    if (cmd == "bench") return cmd_bench(argc - 2, argv + 2);
+    if (cmd == "stats") return cmd_stats(argc - 2, argv + 2);
+    if (cmd == "fsck") return cmd_fsck(argc - 2, argv + 2);
+  } catch (const tutti::Error& e) {
+    std::fprintf(stderr, "tutti %s: %s (%s)\n", cmd.c_str(), e.what(), tutti_strerror(e.code()));
+    return 2;
+  }
+  std::fprintf(stderr, "tutti: unknown command '%s' (see tutti --help)\n", cmd.c_str());
+  return 2;
+}

@@ -323,6 +323,6 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_missing, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_shared_and_overlap, th_setup_dir, th_teardown_dir),
   };
-  th_base_seed();
+  if (th_require_pool() == TH_SKIP) return TH_SKIP;
   return cmocka_run_group_tests_name("batch", tests, NULL, NULL);
 }

@@ -204,6 +204,6 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_evict, th_setup_dir, th_teardown_dir),
   };
-  th_base_seed();
+  if (th_require_pool() == TH_SKIP) return TH_SKIP;
   return cmocka_run_group_tests_name("evict", tests, NULL, NULL);
 }

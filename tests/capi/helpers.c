@@ -557,6 +557,23 @@ void th_load_and_check(tutti_runtime* rt, th_kv* kv, const th_prompt* p, const i
   TH_VERIFY_ALL(kv);
 }
 
+int th_require_pool(void) {
+  char dir[4096];
+  th_kv* kv = NULL;
+  tutti_runtime* rt = NULL;
+  th_kv_spec spec = th_spec_default();
+  th_base_seed();
+  if (th_mkdtemp(dir, sizeof dir) != 0) return 0;
+  int rc = th_kv_create(&kv, &spec);
+  if (rc == 0) rc = th_open(&rt, dir, "8M", 32, NULL, kv);
+  if (rc == TUTTI_EUNSUPPORTED)
+    fprintf(stderr, "# SKIP: no pool can be created under %s: %s\n", dir, tutti_last_error());
+  tutti_runtime_close(rt);
+  th_kv_destroy(kv);
+  th_rmtree(dir);
+  return rc == TUTTI_EUNSUPPORTED ? TH_SKIP : 0;
+}
+
 tutti_stats th_stats(const tutti_runtime* rt) {
   tutti_stats s;
   memset(&s, 0, sizeof s);

@@ -53,7 +53,7 @@ uint64_t th_base_seed(void); /* printed once per program */
 /* ---- Temporary directories ------------------------------------------------------------ */
 
 typedef struct th_env {
-  char dir[4096]; /* a fresh directory under $TMPDIR or /tmp */
+  char dir[1024]; /* a fresh directory under $TMPDIR or /tmp */
   void* param;    /* the cmocka prestate of the test, if any */
 } th_env;
 
@@ -200,6 +200,11 @@ size_t th_lookup(tutti_runtime* rt, const th_prompt* p);
 /* Poison `table`'s blocks, load [0, tokens) into them, assert success and compare bytes. */
 void th_load_and_check(tutti_runtime* rt, th_kv* kv, const th_prompt* p, const int32_t* table,
                        size_t ntable, size_t tokens);
+
+/* For main(): a pool can be created in a temp dir here. Returns 0, or TH_SKIP (printing why)
+ * when tutti says the machine cannot host one (TUTTI_EUNSUPPORTED); other failures are left
+ * for the tests to report. */
+int th_require_pool(void);
 
 /* Stats shortcut (fails the test on error). */
 tutti_stats th_stats(const tutti_runtime* rt);

@@ -222,6 +222,7 @@ static void test_layout_init(void** state) {
 
 int main(void) {
   struct CMUnitTest tests[N_CASES + 1];
+  if (th_require_pool() == TH_SKIP) return TH_SKIP;
   make_cases();
   tests[0] = (struct CMUnitTest)cmocka_unit_test(test_layout_init);
   for (int i = 0; i < N_CASES; i++) {

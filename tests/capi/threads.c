@@ -170,6 +170,6 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_threads, th_setup_dir, th_teardown_dir),
       cmocka_unit_test(test_last_error_per_thread),
   };
-  th_base_seed();
+  if (th_require_pool() == TH_SKIP) return TH_SKIP;
   return cmocka_run_group_tests_name("threads", tests, NULL, NULL);
 }
