@@ -330,17 +330,19 @@ void th_kv_poison(th_kv* kv) {
   }
 }
 
-void th_kv_poison_blocks(th_kv* kv, const int32_t* table, size_t nblocks) {
+void th_kv_poison_layer(th_kv* kv, uint32_t l, const int32_t* table, size_t nblocks) {
   size_t bs = kv->layout.block_stride;
   for (size_t b = 0; b < nblocks; b++) {
-    for (uint32_t l = 0; l < kv->spec.num_layers; l++) {
-      size_t off = (size_t)table[b] * bs;
-      memset((unsigned char*)kv->k[l] + off, TH_POISON, bs);
-      memset((unsigned char*)kv->v[l] + off, TH_POISON, bs);
-      memset(kv->k_shadow[l] + off, TH_POISON, bs);
-      memset(kv->v_shadow[l] + off, TH_POISON, bs);
-    }
+    size_t off = (size_t)table[b] * bs;
+    memset((unsigned char*)kv->k[l] + off, TH_POISON, bs);
+    memset((unsigned char*)kv->v[l] + off, TH_POISON, bs);
+    memset(kv->k_shadow[l] + off, TH_POISON, bs);
+    memset(kv->v_shadow[l] + off, TH_POISON, bs);
   }
+}
+
+void th_kv_poison_blocks(th_kv* kv, const int32_t* table, size_t nblocks) {
+  for (uint32_t l = 0; l < kv->spec.num_layers; l++) th_kv_poison_layer(kv, l, table, nblocks);
 }
 
 size_t th_kv_check(const th_kv* kv, const th_prompt* p, const int32_t* table, size_t begin,
@@ -505,22 +507,32 @@ int th_open(tutti_runtime** out, const char* dir, const char* capacity, unsigned
   return 0;
 }
 
+static _Thread_local char batch_error[1024];
+
+const char* th_batch_error(void) { return batch_error; }
+
 int th_batch_run(tutti_runtime* rt, tutti_op op, const tutti_request* reqs, size_t n,
                  tutti_result* results, int wait_layers, uint32_t num_layers) {
   tutti_batch* b = NULL;
+  batch_error[0] = '\0';
   int rc = tutti_batch_create(rt, op, &b);
-  if (rc) return rc;
+  if (rc) {
+    snprintf(batch_error, sizeof batch_error, "%s", tutti_last_error());
+    return rc;
+  }
   if ((rc = tutti_batch_add(b, reqs, n)) != 0) goto out;
   if ((rc = tutti_batch_submit(b)) != 0) goto out;
   if (wait_layers)
     for (uint32_t l = 0; l < num_layers; l++)
       if ((rc = tutti_batch_wait_layer(b, l)) != 0) goto out;
   rc = tutti_batch_wait(b);
+  if (rc) snprintf(batch_error, sizeof batch_error, "%s", tutti_last_error());
   for (size_t i = 0; results && i < n; i++) {
     int r2 = tutti_batch_result(b, i, &results[i]);
     if (r2 != 0 && rc == 0) rc = r2;
   }
 out:
+  if (rc && !batch_error[0]) snprintf(batch_error, sizeof batch_error, "%s", tutti_last_error());
   tutti_batch_destroy(b);
   return rc;
 }

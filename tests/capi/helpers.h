@@ -38,9 +38,9 @@
 
 #define TH_EQ(a, b)                                                                      \
   do {                                                                                   \
-    unsigned long long th_a_ = (unsigned long long)(a), th_b_ = (unsigned long long)(b); \
+    long long th_a_ = (long long)(a), th_b_ = (long long)(b);                            \
     if (th_a_ != th_b_)                                                                  \
-      fail_msg("%s == %llu, expected %s == %llu", #a, th_a_, #b, th_b_);                 \
+      fail_msg("%s == %lld, expected %s == %lld", #a, th_a_, #b, th_b_);                 \
   } while (0)
 
 /* ---- Random numbers (deterministic; TUTTI_TEST_SEED overrides the base seed) ---------- */
@@ -123,6 +123,8 @@ void th_kv_fill(th_kv* kv, const th_prompt* p, const int32_t* table, size_t begi
 void th_kv_poison(th_kv* kv);
 /* Poisons whole blocks (block_stride bytes each) of every layer, K and V. */
 void th_kv_poison_blocks(th_kv* kv, const int32_t* table, size_t nblocks);
+/* The same for one layer only. */
+void th_kv_poison_layer(th_kv* kv, uint32_t layer, const int32_t* table, size_t nblocks);
 /* Writes the expected pattern into the shadow only (what a load must produce). */
 void th_kv_expect(th_kv* kv, const th_prompt* p, const int32_t* table, size_t begin,
                   size_t end);
@@ -191,6 +193,10 @@ int th_open(tutti_runtime** out, const char* dir, const char* capacity, unsigned
  * results (n entries) may be NULL. No cmocka calls: usable from any thread. */
 int th_batch_run(tutti_runtime* rt, tutti_op op, const tutti_request* reqs, size_t n,
                  tutti_result* results, int wait_layers, uint32_t num_layers);
+
+/* The tutti_last_error() of th_batch_run's failing call on this thread (the later destroy may
+ * reset tutti_last_error()). */
+const char* th_batch_error(void);
 
 /* Store the whole prompt from `table` (pattern filled first) and assert it committed. */
 void th_store_prompt(tutti_runtime* rt, th_kv* kv, const th_prompt* p, const int32_t* table,

@@ -37,7 +37,7 @@ static void test_prefix_hits(void** state) {
   th_prompt_extend(&d, &a, 0, &rng, a.n);               /* diverges at token 0 */
   th_prompt_init(&as, a.tokens, a.n, "tenant-1", 8);    /* same tokens, salted */
 
-  int32_t ta[16], tas[16], tl[16];
+  int32_t ta[16], tas[16], tl[32];
   size_t nba = th_nblocks(a.n, 16);
   th_blocks_take(&alloc, ta, nba);
   th_blocks_take(&alloc, tas, nba);
@@ -71,7 +71,8 @@ static void test_prefix_hits(void** state) {
     th_kv_poison_blocks(kv, tl, nb);
     tutti_request r = th_request(&c, tl, nb, 0, 3 * CT);
     tutti_result res;
-    TH_ERR(TUTTI_ENOENT, th_batch_run(rt, TUTTI_OP_LOAD, &r, 1, &res, 0, 0));
+    TH_EQ(th_batch_run(rt, TUTTI_OP_LOAD, &r, 1, &res, 0, 0), TUTTI_ENOENT);
+    assert_true(th_batch_error()[0] != '\0');
     TH_EQ(res.status, TUTTI_ENOENT);
     TH_EQ(res.chunks, 3);
     TH_EQ(res.chunks_ok, 2);

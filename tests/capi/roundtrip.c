@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "helpers.h"
 
@@ -28,7 +29,7 @@ static void make_cases(void) {
     rt_case* c = &cases[i];
     c->backend = (i & 1) ? "posix" : "uring";
     c->io_mode = (i & 2) ? "per-block-baseline" : "object";
-    /* direct_to_blocks: on (aligned layouts only), off, auto */
+    /* direct_to_blocks: on (aligned NHD layouts only), off, auto */
     int d = (i >> 2) % 3;
     if (d == 0 && (i & 2)) d = 2; /* the baseline always stages: leave it on auto */
     c->direct = d == 0 ? "on" : d == 1 ? "off" : "auto";
@@ -37,9 +38,11 @@ static void make_cases(void) {
     c->chunk_tokens = th_rand_below(&rng, 2) ? 64 : 32;
     th_kv_spec* s = &c->spec;
     *s = th_spec_default();
-    s->num_layers = 2 + (uint32_t)th_rand_below(&rng, 3);
-    s->block_tokens = bts[th_rand_below(&rng, 3)];
-    s->hnd = (int)th_rand_below(&rng, 2);
+    s->num_layers = 2 + (uint32_t)th_rand_below(&rng, 5);
+    /* direct_to_blocks=on needs 4 KiB blocks: 16 or 32 tokens of 2 heads x 128 bytes */
+    s->block_tokens = d == 0 ? bts[1 + th_rand_below(&rng, 2)] : bts[th_rand_below(&rng, 3)];
+    /* pools hold token-major chunks: only NHD blocks can be read into directly */
+    s->hnd = d == 0 ? 0 : (int)th_rand_below(&rng, 2);
     s->fused = (i >> 3) & 1;
     int padded = d != 0 && th_rand_below(&rng, 3) != 0;
     if (padded) {
@@ -105,7 +108,8 @@ static void test_roundtrip(void** state) {
   TH_OK(rc);
   assert_string_equal(tutti_runtime_backend(rt), c->backend);
 
-  /* store p1 with per-layer waits, p2 plainly */
+  /* store p1 with per-layer waits, reusing (poisoning) each layer's blocks as soon as its
+   * wait_layer returns; p2 plainly */
   th_kv_fill(kv, &p1, s1, 0, p1.n);
   th_kv_fill(kv, &p2, s2, 0, p2.n);
   tutti_batch* b = NULL;
@@ -114,7 +118,10 @@ static void test_roundtrip(void** state) {
   TH_OK(tutti_batch_create(rt, TUTTI_OP_STORE, &b));
   TH_OK(tutti_batch_add(b, &r, 1));
   TH_OK(tutti_batch_submit(b));
-  for (uint32_t l = 0; l < spec.num_layers; l++) TH_OK(tutti_batch_wait_layer(b, l));
+  for (uint32_t l = 0; l < spec.num_layers; l++) {
+    TH_OK(tutti_batch_wait_layer(b, l));
+    th_kv_poison_layer(kv, l, s1, nb1);
+  }
   TH_OK(tutti_batch_wait(b));
   TH_OK(tutti_batch_result(b, 0, &res));
   TH_EQ(res.status, 0);
@@ -137,13 +144,19 @@ static void test_roundtrip(void** state) {
   TH_OK(tutti_batch_create(rt, TUTTI_OP_LOAD, &b));
   TH_OK(tutti_batch_add(b, &r, 1));
   TH_OK(tutti_batch_submit(b));
+  char early[600] = "";
   for (uint32_t l = 0; l < spec.num_layers; l++) {
     char msg[512];
-    TH_OK(tutti_batch_wait_layer(b, l));
+    int rc_l = tutti_batch_wait_layer(b, l);
     size_t bad = th_kv_check(kv, &p1, l1, 0, 3 * ct, l, l + 1, msg, sizeof msg);
-    if (bad) fail_msg("layer %u not in place after wait_layer: %zu rows, %s", l, bad, msg);
+    if (rc_l && !early[0])
+      snprintf(early, sizeof early, "wait_layer(%u) -> %d: %s", l, rc_l, tutti_last_error());
+    if (bad && !early[0])
+      snprintf(early, sizeof early, "layer %u not in place after wait_layer: %zu rows, %s", l,
+               bad, msg);
   }
   TH_OK(tutti_batch_wait(b));
+  if (early[0]) fail_msg("%s", early);
   TH_OK(tutti_batch_result(b, 0, &res));
   TH_EQ(res.status, 0);
   TH_EQ(res.chunks, 3);
@@ -163,6 +176,7 @@ static void test_roundtrip(void** state) {
   TH_EQ(res.tokens, ct);
   TH_CHECK(kv, &p2, l2, ct, 2 * ct);
   TH_VERIFY_ALL(kv); /* nothing else (other blocks, padding, tokens < ct) was touched */
+  th_load_and_check(rt, kv, &p2, l2, nb2, 2 * ct); /* whole, without wait_layer */
 
   /* statistics */
   uint64_t chunk_bytes = (uint64_t)ct * spec.num_kv_heads * spec.head_dim * spec.elem_bytes *
@@ -196,6 +210,58 @@ static void test_roundtrip(void** state) {
   th_prompt_free(&p2);
 }
 
+/* wait_layer in any order (last layer first, then backwards, some twice) with lookahead 1
+ * neither deadlocks nor returns before the layer is in place. */
+static void test_wait_layer_any_order(void** state) {
+  th_env* env = *state;
+  uint64_t rng = th_base_seed() ^ 0x41u;
+  th_kv_spec spec = th_spec_default();
+  spec.num_layers = 6;
+  th_kv* kv = NULL;
+  TH_OK(th_kv_create(&kv, &spec));
+  th_blocks alloc;
+  th_blocks_init(&alloc, spec.num_blocks, &rng);
+  th_prompt p;
+  th_prompt_random(&p, &rng, 4 * 32);
+  size_t nb = th_nblocks(p.n, spec.block_tokens);
+  int32_t st[16], ld[16];
+  th_blocks_take(&alloc, st, nb);
+  th_blocks_take(&alloc, ld, nb);
+  const char* extra[] = {"lookahead", "1", NULL};
+  tutti_runtime* rt = NULL;
+  TH_OK(th_open(&rt, env->dir, "64M", 32, extra, kv));
+  alarm(120); /* a deadlock fails the program instead of hanging it */
+  th_store_prompt(rt, kv, &p, st, nb);
+  for (int order = 0; order < 2; order++) {
+    tutti_batch* b = NULL;
+    tutti_request r = th_request(&p, order ? st : ld, nb, 0, 0);
+    if (order == 0) th_kv_poison_blocks(kv, ld, nb);
+    TH_OK(tutti_batch_create(rt, order ? TUTTI_OP_STORE : TUTTI_OP_LOAD, &b));
+    TH_OK(tutti_batch_add(b, &r, 1));
+    TH_OK(tutti_batch_submit(b));
+    char early[600] = "";
+    for (int i = (int)spec.num_layers - 1; i >= 0; i--) {
+      char msg[512];
+      int rc = tutti_batch_wait_layer(b, (uint32_t)i);
+      if (rc == 0 && (i % 2)) rc = tutti_batch_wait_layer(b, (uint32_t)i); /* again */
+      if (rc && !early[0]) snprintf(early, sizeof early, "wait_layer(%d) -> %d", i, rc);
+      if (order == 0 && !early[0] &&
+          th_kv_check(kv, &p, ld, 0, p.n, (uint32_t)i, (uint32_t)i + 1, msg, sizeof msg))
+        snprintf(early, sizeof early, "layer %d not in place after wait_layer: %s", i, msg);
+    }
+    TH_OK(tutti_batch_wait(b));
+    tutti_batch_destroy(b);
+    if (early[0]) fail_msg("%s", early);
+  }
+  alarm(0);
+  th_kv_expect(kv, &p, ld, 0, p.n);
+  TH_VERIFY_ALL(kv);
+  tutti_runtime_close(rt);
+  th_prompt_free(&p);
+  th_blocks_free(&alloc);
+  th_kv_destroy(kv);
+}
+
 /* tutti_kv_layout_init fills the documented NHD and HND strides. */
 static void test_layout_init(void** state) {
   (void)state;
@@ -221,14 +287,16 @@ static void test_layout_init(void** state) {
 }
 
 int main(void) {
-  struct CMUnitTest tests[N_CASES + 1];
+  struct CMUnitTest tests[N_CASES + 2];
   if (th_require_pool() == TH_SKIP) return TH_SKIP;
   make_cases();
   tests[0] = (struct CMUnitTest)cmocka_unit_test(test_layout_init);
+  tests[1] = (struct CMUnitTest)cmocka_unit_test_setup_teardown(
+      test_wait_layer_any_order, th_setup_dir, th_teardown_dir);
   for (int i = 0; i < N_CASES; i++) {
-    tests[i + 1] = (struct CMUnitTest)cmocka_unit_test_prestate_setup_teardown(
+    tests[i + 2] = (struct CMUnitTest)cmocka_unit_test_prestate_setup_teardown(
         test_roundtrip, th_setup_dir, th_teardown_dir, &cases[i]);
-    tests[i + 1].name = cases[i].name;
+    tests[i + 2].name = cases[i].name;
   }
-  return _cmocka_run_group_tests("roundtrip", tests, N_CASES + 1, NULL, NULL);
+  return _cmocka_run_group_tests("roundtrip", tests, N_CASES + 2, NULL, NULL);
 }
