@@ -101,8 +101,10 @@ TUTTI_API int tutti_options_set(tutti_options* opts, const char* key, const char
 
 typedef struct tutti_runtime tutti_runtime;
 
-/* Validates options and pool paths. The pool files are opened (or created) when the KV cache
- * is registered, because their layout fingerprint is the model's KV shape. */
+/* Validates options and pool paths (unset keys: TUTTI_* variables, then defaults). The pool
+ * files are opened (or created) when the KV cache is registered, because their layout
+ * fingerprint is the model's KV shape. A pool is locked by the runtime that opened it:
+ * a second runtime on the same files gets TUTTI_EBUSY until the first is closed. */
 TUTTI_API int tutti_runtime_open(const tutti_options* opts, tutti_runtime** out);
 /* Waits for in-flight batches, syncs and closes the pool. */
 TUTTI_API void tutti_runtime_close(tutti_runtime* rt);

@@ -106,8 +106,8 @@ int tutti_runtime_open(const tutti_options* opts, tutti_runtime** out) {
   return guard([&] {
     need(out, "out");
     *out = nullptr;
-    tutti::Options defaults;
-    auto cfg = (opts ? opts->impl : defaults).resolve();
+    need(opts, "opts");
+    auto cfg = opts->impl.resolve();
     auto rt = std::make_unique<tutti_runtime>();
     rt->impl = std::make_shared<tutti::Runtime>(std::move(cfg));
     *out = rt.release();

@@ -87,7 +87,7 @@ Index::Allocation Index::allocate(const Key& key) {
   std::lock_guard lock(mu_);
   Allocation a;
   if (auto it = map_.find(key); it != map_.end()) {
-    a.claim = Claim::kPresent;
+    a.claim = slots_[it->second].state == State::kCommitted ? Claim::kPresent : Claim::kBeingWritten;
     a.slot = it->second;
     touch(it->second);
     return a;
@@ -116,22 +116,38 @@ uint64_t Index::next_generation() {
 }
 
 void Index::commit(uint64_t slot, uint64_t generation, std::vector<uint64_t> sums) {
-  std::lock_guard lock(mu_);
-  Slot& s = slots_[slot];
-  s.state = State::kCommitted;
-  s.generation = generation;
-  s.sums = std::move(sums);
-  lru_.push_front(slot);
-  s.lru = lru_.begin();
+  {
+    std::lock_guard lock(mu_);
+    Slot& s = slots_[slot];
+    s.state = State::kCommitted;
+    s.generation = generation;
+    s.sums = std::move(sums);
+    lru_.push_front(slot);
+    s.lru = lru_.begin();
+  }
+  settled_.notify_all();
+}
+
+bool Index::wait_settled(const Key& key) {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    auto it = map_.find(key);
+    if (it == map_.end()) return false;
+    if (slots_[it->second].state == State::kCommitted) return true;
+    settled_.wait(lock);
+  }
 }
 
 void Index::abandon(uint64_t slot) {
-  std::lock_guard lock(mu_);
-  Slot& s = slots_[slot];
-  if (s.state != State::kWriting) return;
-  map_.erase(s.key);
-  s.state = State::kFree;
-  free_.push_back(slot);
+  {
+    std::lock_guard lock(mu_);
+    Slot& s = slots_[slot];
+    if (s.state != State::kWriting) return;
+    map_.erase(s.key);
+    s.state = State::kFree;
+    free_.push_back(slot);
+  }
+  settled_.notify_all();
 }
 
 uint64_t Index::used() const {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <condition_variable>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -33,13 +34,14 @@ class Index {
   // Layer checksums of a committed or pinned slot.
   const std::vector<uint64_t>& layer_sums(uint64_t slot) const { return slots_[slot].sums; }
 
-  enum class Claim { kAllocated, kPresent, kFull };
+  enum class Claim { kAllocated, kPresent, kBeingWritten, kFull };
   struct Allocation {
     Claim claim = Claim::kFull;
     uint64_t slot = 0;
     bool reused = false;  // the slot held an evicted chunk: tombstone it before writing
   };
-  // Claims a slot to store `key`: kPresent if committed or being written already, else a free
+  // Claims a slot to store `key`: kPresent if committed, kBeingWritten if another store has
+  // it in flight (see wait_settled), else a free
   // slot or the least recently used unpinned committed one (evicted now), else kFull.
   Allocation allocate(const Key& key);
   // A fresh generation number for the commit record of a written slot.
@@ -48,6 +50,8 @@ class Index {
   void commit(uint64_t slot, uint64_t generation, std::vector<uint64_t> sums);
   // Gives back a slot whose write failed.
   void abandon(uint64_t slot);
+  // Blocks while `key` is being written (by another batch); true if it is committed then.
+  bool wait_settled(const Key& key);
 
   uint64_t slots() const { return slots_.size(); }
   uint64_t used() const;
@@ -69,6 +73,7 @@ class Index {
   void evict(uint64_t slot);  // requires mu_
 
   mutable std::mutex mu_;
+  std::condition_variable settled_;  // a Writing slot was committed or abandoned
   std::vector<Slot> slots_;
   std::unordered_map<Key, uint64_t, KeyHash> map_;  // committed and writing keys
   std::vector<uint64_t> free_;                      // stack; lowest slots handed out first

@@ -50,9 +50,12 @@ PoolFile open_file(const std::string& path, bool create) {
   }
   if (fd < 0) fail_errno(errno, "cannot open pool file " + path);
   f.fd = Fd(fd);
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    if (errno == EWOULDBLOCK) fail(TUTTI_EBUSY, "pool file " + path + " is in use by another tutti runtime");
-    fail_errno(errno, "cannot lock pool file " + path);
+  // A runtime that just died may hold the lock a moment longer: its io_uring rings are torn
+  // down asynchronously. Give it a second before calling the pool busy.
+  for (int tries = 0; ::flock(fd, LOCK_EX | LOCK_NB) != 0; ++tries) {
+    if (errno != EWOULDBLOCK) fail_errno(errno, "cannot lock pool file " + path);
+    if (tries == 100) fail(TUTTI_EBUSY, "pool file " + path + " is in use by another tutti runtime");
+    ::usleep(10000);
   }
   return f;
 }
@@ -73,11 +76,19 @@ bool is_block_device(const PoolFile& f) {
   return ::fstat(f.fd.get(), &st) == 0 && S_ISBLK(st.st_mode);
 }
 
-// Reads the superblock; kBlank for an empty file.
+// Reads the superblock; kBlank for an empty (or all-zero) start of file.
 DecodeStatus read_superblock(const PoolFile& f, Superblock* sb) {
-  if (file_size(f) < Geometry::kSuperblockBytes) return DecodeStatus::kBlank;
-  AlignedBuffer buf(Geometry::kSuperblockBytes);
-  pread_full(f, buf.data(), Geometry::kSuperblockBytes, 0);
+  const uint64_t size = file_size(f);
+  if (size == 0) return DecodeStatus::kBlank;
+  AlignedBuffer buf(Geometry::kSuperblockBytes);  // zero-filled past a short file's end
+  if (size < Geometry::kSuperblockBytes) {
+    // O_DIRECT cannot read a partial block: read through a second, buffered descriptor.
+    Fd plain(::open(f.path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!plain || ::pread(plain.get(), buf.data(), size, 0) != static_cast<ssize_t>(size))
+      fail_errno(errno, "read " + f.path);
+  } else {
+    pread_full(f, buf.data(), Geometry::kSuperblockBytes, 0);
+  }
   return decode_superblock(reinterpret_cast<const uint8_t*>(buf.data()), sb);
 }
 
@@ -97,6 +108,13 @@ void check_superblock(DecodeStatus st, const std::string& path) {
 }
 
 }  // namespace
+
+Pool::~Pool() {
+  // Unlock explicitly: io_uring may still hold the file for a moment after its ring is gone,
+  // and a reopen must not find the pool busy.
+  for (auto& f : files_)
+    if (f.fd) ::flock(f.fd.get(), LOCK_UN);
+}
 
 std::unique_ptr<Pool> Pool::open(const PoolOptions& opts, const Shape& shape) {
   TUTTI_EXPECT(!opts.uris.empty(), "no pool location given");

@@ -36,6 +36,8 @@ class Pool {
   // Opens an existing pool whatever its shape (fsck, stats).
   static std::unique_ptr<Pool> open_existing(const std::vector<PoolUri>& uris);
 
+  ~Pool();
+
   const Geometry& geometry() const { return geometry_; }
   const Uuid& uuid() const { return uuid_; }
   size_t files() const { return files_.size(); }

@@ -158,6 +158,10 @@ void Batch::submit() {
       } else {
         auto a = index.allocate(q.keys[c]);
         if (a.claim == Index::Claim::kPresent) continue;
+        if (a.claim == Index::Claim::kBeingWritten) {
+          awaited_.emplace_back(ri, c);
+          continue;
+        }
         if (a.claim == Index::Claim::kFull) {
           q.status[c] = failed = TUTTI_ENOSPC;
           continue;
@@ -362,22 +366,34 @@ void Batch::wait_layer(uint32_t layer) {
   c.per_layer_wait_ns[layer] += ns;
 }
 
+void Batch::settle() {
+  {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return state_ == State::kDone; });
+  }
+  if (settled_) return;  // the batch belongs to one thread at a time
+  settled_ = true;
+  for (auto [r, c] : awaited_) {
+    if (rt_->index().wait_settled(reqs_[r].keys[c])) continue;
+    auto& status = reqs_[r].status;  // the other store of this chunk failed
+    for (size_t k = c; k < status.size(); ++k)
+      if (!status[k]) status[k] = TUTTI_EIO;
+  }
+}
+
 int Batch::wait() {
   TUTTI_EXPECT_CODE(state_ != State::kBuilding, TUTTI_ESTATE, "wait before submit");
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return state_ == State::kDone; });
+  settle();
   for (auto& q : reqs_)
     for (int s : q.status)
       if (s) return s;
   return 0;
 }
 
-tutti_result Batch::result(size_t request) const {
+tutti_result Batch::result(size_t request) {
   TUTTI_EXPECT(request < reqs_.size(), "request index " + std::to_string(request) + " is out of range");
-  {
-    std::lock_guard lock(mu_);
-    TUTTI_EXPECT_CODE(state_ == State::kDone, TUTTI_ESTATE, "results are ready after tutti_batch_wait");
-  }
+  TUTTI_EXPECT_CODE(state_ == State::kDone, TUTTI_ESTATE, "results are ready after tutti_batch_wait");
+  settle();
   const Request& q = reqs_[request];
   tutti_result r{};
   r.chunks = static_cast<uint32_t>(q.status.size());
@@ -396,13 +412,11 @@ tutti_result Batch::result(size_t request) const {
   return r;
 }
 
-size_t Batch::chunk_status(size_t request, int* out, size_t cap) const {
+size_t Batch::chunk_status(size_t request, int* out, size_t cap) {
   TUTTI_EXPECT(request < reqs_.size(), "request index " + std::to_string(request) + " is out of range");
   TUTTI_EXPECT(out != nullptr || cap == 0, "status is NULL");
-  {
-    std::lock_guard lock(mu_);
-    TUTTI_EXPECT_CODE(state_ == State::kDone, TUTTI_ESTATE, "chunk status is ready after tutti_batch_wait");
-  }
+  TUTTI_EXPECT_CODE(state_ == State::kDone, TUTTI_ESTATE, "chunk status is ready after tutti_batch_wait");
+  settle();
   const Request& q = reqs_[request];
   size_t n = std::min(cap, q.status.size());
   std::copy_n(q.status.begin(), n, out);

@@ -44,8 +44,8 @@ class Batch {
   void submit();
   void wait_layer(uint32_t layer);
   int wait();
-  tutti_result result(size_t request) const;
-  size_t chunk_status(size_t request, int* out, size_t cap) const;
+  tutti_result result(size_t request);
+  size_t chunk_status(size_t request, int* out, size_t cap);
   bool is_load() const { return op_ == TUTTI_OP_LOAD; }
 
   // For the scheduler.
@@ -89,6 +89,11 @@ class Batch {
   std::vector<Request> reqs_;
   std::deque<Item> items_;
   std::vector<uint64_t> reused_;       // store: slots to tombstone before writing
+  // store: chunks another batch was writing at submit; settled (committed or failed) by the
+  // owner's wait, never on the scheduler thread that commits the other batch.
+  std::vector<std::pair<uint32_t, uint32_t>> awaited_;
+  void settle();
+  bool settled_ = false;
   std::deque<std::vector<LayerOp>> ops_;  // per issued layer; stable addresses
   bool direct_ = false;
   std::unique_ptr<std::atomic<uint32_t>[]> pending_;  // ops outstanding per layer

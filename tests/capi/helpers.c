@@ -11,6 +11,16 @@
 
 #define TH_POISON 0xA5
 
+/* Checks in code that worker threads and forked children run too: no cmocka there. */
+#define TH_REQUIRE(cond)                                                        \
+  do {                                                                          \
+    if (!(cond)) {                                                              \
+      fprintf(stderr, "%s:%d: test bug or out of memory: %s\n", __FILE__,      \
+              __LINE__, #cond);                                                 \
+      abort();                                                                  \
+    }                                                                           \
+  } while (0)
+
 /* ---- Random numbers ------------------------------------------------------------------ */
 
 uint64_t th_mix64(uint64_t x) {
@@ -90,7 +100,7 @@ static void prompt_chain(th_prompt* p) {
   uint64_t h = 0x70C0FFEEull;
   for (size_t i = 0; i < p->salt_len; i++) h = th_mix64(h ^ p->salt[i]);
   p->chain = malloc((p->n ? p->n : 1) * sizeof *p->chain);
-  assert_non_null(p->chain);
+  TH_REQUIRE(p->chain);
   for (size_t i = 0; i < p->n; i++) {
     h = th_mix64(h ^ (uint32_t)p->tokens[i]);
     p->chain[i] = h;
@@ -100,9 +110,9 @@ static void prompt_chain(th_prompt* p) {
 void th_prompt_init(th_prompt* p, const int32_t* tokens, size_t n, const void* salt,
                     size_t salt_len) {
   memset(p, 0, sizeof *p);
-  assert_true(salt_len <= sizeof p->salt);
+  TH_REQUIRE(salt_len <= sizeof p->salt);
   p->tokens = malloc((n ? n : 1) * sizeof *p->tokens);
-  assert_non_null(p->tokens);
+  TH_REQUIRE(p->tokens);
   if (n) memcpy(p->tokens, tokens, n * sizeof *tokens);
   p->n = n;
   if (salt_len) memcpy(p->salt, salt, salt_len);
@@ -112,7 +122,7 @@ void th_prompt_init(th_prompt* p, const int32_t* tokens, size_t n, const void* s
 
 void th_prompt_random(th_prompt* p, uint64_t* rng, size_t n) {
   int32_t* t = malloc((n ? n : 1) * sizeof *t);
-  assert_non_null(t);
+  TH_REQUIRE(t);
   for (size_t i = 0; i < n; i++) t[i] = 1 + (int32_t)th_rand_below(rng, 49999);
   th_prompt_init(p, t, n, NULL, 0);
   free(t);
@@ -121,7 +131,7 @@ void th_prompt_random(th_prompt* p, uint64_t* rng, size_t n) {
 void th_prompt_extend(th_prompt* p, const th_prompt* base, size_t shared, uint64_t* rng,
                       size_t n) {
   int32_t* t = malloc((n ? n : 1) * sizeof *t);
-  assert_non_null(t);
+  TH_REQUIRE(t);
   for (size_t i = 0; i < n; i++) {
     if (i < shared && i < base->n) {
       t[i] = base->tokens[i];
@@ -286,7 +296,7 @@ static void write_rows(th_kv* kv, const th_prompt* p, const int32_t* table, size
   unsigned char row[4096];
   const th_kv_spec* s = &kv->spec;
   if (end > p->n) end = p->n;
-  assert_true(kv->row <= sizeof row);
+  TH_REQUIRE(kv->row <= sizeof row);
   for (size_t t = begin; t < end; t++) {
     int32_t block = table[t / s->block_tokens];
     size_t tok = t % s->block_tokens;
