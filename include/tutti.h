@@ -170,7 +170,11 @@ TUTTI_API int tutti_lookup(tutti_runtime* rt, const int32_t* tokens, size_t num_
  * (load) or has been written to the pool (store: the blocks of layer L may be reused). Loads
  * are scheduled before stores. A stored chunk becomes visible to lookups once every layer is
  * durable and its commit record is written. */
-typedef enum tutti_op { TUTTI_OP_LOAD = 0, TUTTI_OP_STORE = 1 } tutti_op;
+typedef enum tutti_op {
+  TUTTI_OP_LOAD = 0,
+  TUTTI_OP_STORE = 1,
+  TUTTI_OP_MAX_ENUM_ = 0x7fffffff /* not an op: keeps any int a valid tutti_op value */
+} tutti_op;
 
 typedef struct tutti_request {
   const int32_t* tokens;      /* the prompt's token ids, from token 0 */
