@@ -290,9 +290,9 @@ void print_row(const BenchArgs& a, const Row& r) {
   std::fflush(stdout);
 }
 
-void progress(const BenchArgs& a, const char* fmt, const std::string& s) {
+void progress(const BenchArgs& a, const std::string& s) {
   if (a.quiet) return;
-  std::fprintf(stderr, fmt, s.c_str());
+  std::fputs(s.c_str(), stderr);
   std::fflush(stderr);
 }
 
@@ -303,8 +303,7 @@ struct RunResult {
   int rc = 0;
 };
 
-// One store + load of the whole cache with one backend and I/O mode.
-// Every run measures the device on its own pool, right before tutti touches it: a raw write of
+// One store + load of the whole cache with one backend and I/O mode. Every run measures the device on its own pool, right before tutti touches it: a raw write of
 // the region the store will write, a raw read of what the store wrote right before the load.
 // Each ratio compares figures taken seconds apart on the same bytes (shared disks drift). Each
 // raw figure is the second of two passes: a virtual disk is markedly faster on bytes it has
@@ -313,6 +312,7 @@ struct RawFigures {
   double read = 0, write = 0;
   uint64_t bytes = 0;
 };
+
 RunResult run_once(const BenchArgs& a, KvCache& kv, const std::string& backend, const char* io_mode, RawFigures* raw) {
   RunResult out;
   const Model& m = *a.model;
@@ -344,10 +344,11 @@ RunResult run_once(const BenchArgs& a, KvCache& kv, const std::string& backend, 
     tutti_runtime_close(rt);
     return out;
   }
+  // A new pool hands out its lowest slots first: the chunks land in slots [0, chunks).
   tutti::Geometry g(shape, 1, chunks + 1);
   out.data_offset = g.data_offset();
   out.data_bytes = chunks * shape.slot_bytes();
-  progress(a, "  %s: raw write...", backend + " " + io_mode);
+  progress(a, "  " + backend + " " + io_mode + ": raw write...");
   raw_bandwidth(out.path, out.data_offset, out.data_bytes, true);
   raw->write = raw_bandwidth(out.path, out.data_offset, out.data_bytes, true);
   raw->bytes = out.data_bytes;
@@ -406,12 +407,11 @@ RunResult run_once(const BenchArgs& a, KvCache& kv, const std::string& backend, 
   };
 
   kv.fill();
-  progress(a, " store...%s", "");
+  progress(a, " store...");
   if ((out.rc = run_batch(TUTTI_OP_STORE, out.store))) {
     tutti_runtime_close(rt);
     return out;
   }
-  out.store.verified = true;  // a store is verified by the load that follows
   // Loads are repeated, each right after a raw read of the same bytes; the medians are
   // reported (this kind of disk varies by 2x from one pass to the next).
   raw_bandwidth(out.path, out.data_offset, out.data_bytes, false);  // first pass, not counted
@@ -420,9 +420,9 @@ RunResult run_once(const BenchArgs& a, KvCache& kv, const std::string& backend, 
   out.load.verified = true;
   for (unsigned rep = 0; rep < a.repeat; ++rep) {
     kv.clear();
-    progress(a, " raw read...%s", "");
+    progress(a, " raw read...");
     raws.push_back(raw_bandwidth(out.path, out.data_offset, out.data_bytes, false));
-    progress(a, " load...%s", "");
+    progress(a, " load...");
     size_t hit = 0;
     tutti_lookup(rt, reqs[0].tokens, reqs[0].num_tokens, nullptr, 0, &hit);
     Row row;
@@ -431,7 +431,7 @@ RunResult run_once(const BenchArgs& a, KvCache& kv, const std::string& backend, 
       return out;
     }
     loads.push_back(row);
-    progress(a, " verify...%s", "");
+    progress(a, " verify...");
     out.load.verified = out.load.verified && hit == (per / a.chunk_tokens) * a.chunk_tokens && kv.verify();
   }
   std::sort(raws.begin(), raws.end());
@@ -440,10 +440,10 @@ RunResult run_once(const BenchArgs& a, KvCache& kv, const std::string& backend, 
   bool verified = out.load.verified;
   out.load = loads[loads.size() / 2];
   out.load.verified = verified;
-  out.store.verified = out.load.verified;
+  out.store.verified = out.load.verified;  // a store is verified by the loads that follow
   out.store.direct = out.load.direct = std::string(io_mode) == "object" && a.direct != "off" &&
                                        tutti::KvBinding(layout, a.chunk_tokens).direct_capable();
-  progress(a, " %s\n", out.load.verified ? "ok" : "MISMATCH");
+  progress(a, out.load.verified ? " ok\n" : " MISMATCH\n");
   tutti_runtime_close(rt);
   return out;
 }
@@ -540,7 +540,7 @@ int cmd_bench(int argc, char** argv) {
 
   bool all_ok = true;
   for (size_t i = 0; i < runs.size(); ++i) {
-    progress(a, "[%s]", std::to_string(i + 1) + "/" + std::to_string(runs.size()));
+    progress(a, "[" + std::to_string(i + 1) + "/" + std::to_string(runs.size()) + "]");
     RawFigures raw;
     RunResult r = run_once(a, kv, runs[i].first, runs[i].second, &raw);
     if (r.rc) return r.rc;

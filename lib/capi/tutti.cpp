@@ -190,14 +190,11 @@ int tutti_batch_wait_layer(tutti_batch* b, uint32_t layer) {
 }
 
 int tutti_batch_wait(tutti_batch* b) {
-  int rc = TUTTI_OK;
-  int g = guard([&] {
+  return guard([&] {
     need(b, "batch");
-    rc = b->impl->wait();
+    if (int rc = b->impl->wait())
+      tutti::fail(rc, std::string("a request of the batch failed: ") + tutti_strerror(rc) + " (see tutti_batch_result)");
   });
-  if (g) return g;
-  if (rc) last_error = std::string("a request of the batch failed: ") + tutti_strerror(rc) + " (see tutti_batch_result)";
-  return rc;
 }
 
 int tutti_batch_result(const tutti_batch* b, size_t request, tutti_result* out) {

@@ -24,15 +24,21 @@ void remaining_iovecs(IoOp& op) {
   }
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& name, const BackendConfig& cfg) {
-  if (name == "posix") return make_posix_backend(cfg);
+std::string resolve_backend(const std::string& name) {
+  if (name == "posix") return name;
   if (name == "uring" || name == "auto") {
     std::string why = uring_unavailable_reason();
-    if (why.empty()) return make_uring_backend(cfg);
+    if (why.empty()) return "uring";
     if (name == "uring") fail(TUTTI_EUNSUPPORTED, "backend uring: " + why);
-    return make_posix_backend(cfg);
+    return "posix";
   }
   fail(TUTTI_EINVAL, "unknown backend '" + name + "' (known: auto, uring, posix)");
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, const BackendConfig& cfg) {
+  if (name == "posix") return make_posix_backend(cfg);
+  if (name == "uring") return make_uring_backend(cfg);
+  fail(TUTTI_EINVAL, "unknown backend '" + name + "' (known: uring, posix)");
 }
 
 }  // namespace tutti

@@ -58,8 +58,10 @@ class Backend {
 // "" when io_uring works here, else why not.
 std::string uring_unavailable_reason();
 
-// name: "auto", "uring" or "posix". Throws EUNSUPPORTED with the reason when a named backend
-// cannot work here, EINVAL for an unknown name.
+// "auto" -> the best backend that works here ("uring", else "posix"). Throws EUNSUPPORTED with
+// the reason when the named backend cannot work here, EINVAL for an unknown name.
+std::string resolve_backend(const std::string& name);
+// name: "uring" or "posix" (as resolved).
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendConfig& cfg);
 std::unique_ptr<Backend> make_posix_backend(const BackendConfig& cfg);
 std::unique_ptr<Backend> make_uring_backend(const BackendConfig& cfg);

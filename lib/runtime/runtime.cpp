@@ -8,18 +8,7 @@ namespace tutti {
 
 Runtime::Runtime(Config cfg) : cfg_(std::move(cfg)) {
   TUTTI_EXPECT(!cfg_.pools.empty(), "no pool location given");
-  if (cfg_.backend == "auto") {
-    backend_reason_ = uring_unavailable_reason();
-    backend_name_ = backend_reason_.empty() ? "uring" : "posix";
-    backend_reason_ = backend_reason_.empty() ? "io_uring works here" : "uring unusable: " + backend_reason_;
-  } else {
-    backend_name_ = cfg_.backend;
-    backend_reason_ = "chosen by option";
-    if (cfg_.backend == "uring") {
-      std::string why = uring_unavailable_reason();
-      if (!why.empty()) fail(TUTTI_EUNSUPPORTED, "backend uring: " + why);
-    }
-  }
+  backend_name_ = resolve_backend(cfg_.backend);
 }
 
 Runtime::~Runtime() {
@@ -50,17 +39,21 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   po.capacity = cfg_.capacity;
   po.create = cfg_.create;
   auto pool = Pool::open(po, shape);
-  // Buffered files (tmpfs) take any alignment; O_DIRECT ones need the aligned path.
   auto index = std::make_unique<Index>(pool->geometry().slots());
   auto stale = index->recover(pool->read_records(&torn_records_));
   pool->write_tombstones(stale);
 
-  const uint64_t op_bytes = cfg_.io_mode == IoMode::kObject ? shape.layer_bytes() : shape.token_bytes() * binding->block_tokens();
-  auto staging = std::make_unique<Staging>(direct ? kIoAlign : std::max(cfg_.staging, op_bytes), op_bytes);
+  // Staging buffers hold one I/O each: a chunk-layer extent, or one block's K or V.
+  std::unique_ptr<Staging> staging;
+  if (!direct) {
+    const uint64_t op_bytes =
+        cfg_.io_mode == IoMode::kObject ? shape.layer_bytes() : shape.token_bytes() * binding->block_tokens();
+    staging = std::make_unique<Staging>(std::max(cfg_.staging, op_bytes), op_bytes);
+  }
 
   BackendConfig bc;
   for (size_t i = 0; i < pool->files(); ++i) bc.fds.push_back(pool->file(i).fd.get());
-  bc.staging = staging->regions();
+  if (staging) bc.staging = staging->regions();
   bc.rings = cfg_.rings;
   bc.queue_depth = cfg_.queue_depth;
   bc.threads = cfg_.threads;

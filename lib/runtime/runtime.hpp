@@ -36,7 +36,6 @@ class Runtime {
   void register_kv(const tutti_kv_layout& layout);
   size_t lookup(const int32_t* tokens, size_t n, const void* salt, size_t salt_len);
   const char* backend_name() const { return backend_name_.c_str(); }
-  std::string backend_reason() const { return backend_reason_; }
   tutti_stats stats() const;
   std::vector<uint64_t> layer_wait_ns() const;
 
@@ -47,7 +46,7 @@ class Runtime {
   Index& index() { return *index_; }
   const KvBinding& binding() const { return *binding_; }
   Backend& backend() { return *backend_; }
-  Staging& staging() { return *staging_; }
+  Staging& staging() { return *staging_; }  // only when !direct()
   Scheduler& scheduler() { return *scheduler_; }
   Counters& counters() { return counters_; }
   bool direct() const { return direct_; }  // vectored I/O straight into blocks
@@ -56,7 +55,7 @@ class Runtime {
 
  private:
   Config cfg_;
-  std::string backend_name_, backend_reason_;
+  std::string backend_name_;
   std::mutex mu_;  // registration
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<Index> index_;

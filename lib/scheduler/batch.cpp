@@ -1,5 +1,6 @@
 #include "scheduler/batch.hpp"
 
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include <xxhash.h>
 
 #include <algorithm>
@@ -19,7 +20,9 @@ namespace {
 uint64_t extent_checksum(const KvBinding& kv, uint32_t layer, const int32_t* blocks) {
   static const std::byte zeros[4096] = {};
   const Shape& s = kv.shape();
-  XXH3_state_t* st = XXH3_createState();
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_state_t* st = &state;
   XXH3_64bits_reset(st);
   auto pad = [&](uint64_t n) {
     while (n) {
@@ -33,12 +36,19 @@ uint64_t extent_checksum(const KvBinding& kv, uint32_t layer, const int32_t* blo
   kv.for_each_run(layer, blocks, s.v_offset(), s.v_offset() + s.kv_bytes(),
                   [&](const MemRun& r) { XXH3_64bits_update(st, r.addr, r.len); });
   pad(s.v_offset() - s.kv_bytes());
-  uint64_t h = XXH3_64bits_digest(st);
-  XXH3_freeState(st);
-  return h;
+  return XXH3_64bits_digest(st);
 }
 
 int code_of(int64_t res) { return res == -ENOSPC ? TUTTI_ENOSPC : TUTTI_EIO; }
+
+// A KV prefix with a hole is useless: every chunk after a failed one carries its status.
+void fail_after_first_error(std::vector<int>& status) {
+  int failed = 0;
+  for (int& s : status) {
+    if (failed) s = failed;
+    else failed = s;
+  }
+}
 
 }  // namespace
 
@@ -52,9 +62,14 @@ void LayerOp::prepare() {
     buf = stage.data;
     buf_index = stage.region;
     if (write) {
-      // Zero the padding between K and V (and at the end) so the extent's bytes are defined.
-      if (hi - lo == kv.shape().layer_bytes()) std::memset(buf, 0, hi - lo);
       kv.gather(layer, item.blocks, lo, hi, buf);
+      // The padding after K and after V must be defined bytes: they are checksummed.
+      const Shape& s = kv.shape();
+      const uint64_t pad = s.v_offset() - s.kv_bytes();
+      if (pad && hi - lo == s.layer_bytes()) {
+        std::memset(buf + s.kv_bytes(), 0, pad);
+        std::memset(buf + s.v_offset() + s.kv_bytes(), 0, pad);
+      }
     }
   } else {
     iovs.clear();
@@ -99,24 +114,24 @@ void Batch::add(const tutti_request* reqs, size_t n) {
   std::vector<Request> added;
   for (size_t i = 0; i < n; ++i) {
     const tutti_request& r = reqs[i];
-    const std::string at = "request " + std::to_string(reqs_.size() + i) + ": ";
-    TUTTI_EXPECT(r.tokens != nullptr || r.num_tokens == 0, at + "tokens is NULL");
-    TUTTI_EXPECT(r.salt != nullptr || r.salt_len == 0, at + "salt is NULL but salt_len is not 0");
+    const auto at = [&] { return "request " + std::to_string(reqs_.size() + i) + ": "; };
+    TUTTI_EXPECT(r.tokens != nullptr || r.num_tokens == 0, at() + "tokens is NULL");
+    TUTTI_EXPECT(r.salt != nullptr || r.salt_len == 0, at() + "salt is NULL but salt_len is not 0");
     size_t end = r.token_end ? r.token_end : r.num_tokens;
-    TUTTI_EXPECT(end <= r.num_tokens, at + "token_end is past num_tokens");
+    TUTTI_EXPECT(end <= r.num_tokens, at() + "token_end is past num_tokens");
     TUTTI_EXPECT(r.token_begin % ct == 0,
-                 at + "token_begin " + std::to_string(r.token_begin) + " is not a multiple of chunk_tokens " + std::to_string(ct));
-    TUTTI_EXPECT(r.token_begin <= end, at + "token_begin is past token_end");
+                 at() + "token_begin " + std::to_string(r.token_begin) + " is not a multiple of chunk_tokens " + std::to_string(ct));
+    TUTTI_EXPECT(r.token_begin <= end, at() + "token_begin is past token_end");
     end -= end % ct;  // whole chunks only
     const size_t first = r.token_begin / ct, count = end > r.token_begin ? (end - r.token_begin) / ct : 0;
     const size_t need_blocks = end / kv.block_tokens();
     if (count) {
-      TUTTI_EXPECT(r.block_table != nullptr, at + "block_table is NULL");
-      TUTTI_EXPECT(r.num_block_ids >= need_blocks, at + "block_table has " + std::to_string(r.num_block_ids) +
+      TUTTI_EXPECT(r.block_table != nullptr, at() + "block_table is NULL");
+      TUTTI_EXPECT(r.num_block_ids >= need_blocks, at() + "block_table has " + std::to_string(r.num_block_ids) +
                                                        " entries, the range needs " + std::to_string(need_blocks));
       for (size_t j = r.token_begin / kv.block_tokens(); j < need_blocks; ++j)
         TUTTI_EXPECT(r.block_table[j] >= 0 && static_cast<uint32_t>(r.block_table[j]) < kv.num_blocks(),
-                     at + "block id " + std::to_string(r.block_table[j]) + " at block_table[" + std::to_string(j) +
+                     at() + "block id " + std::to_string(r.block_table[j]) + " at block_table[" + std::to_string(j) +
                          "] is outside [0, " + std::to_string(kv.num_blocks()) + ")");
     }
     Request q;
@@ -135,23 +150,17 @@ void Batch::submit() {
   Index& index = rt_->index();
   const KvBinding& kv = rt_->binding();
   const size_t ct = rt_->config().chunk_tokens;
-  const size_t bpc = kv.blocks_per_chunk();
-  // Plan: pin what we load, claim slots for what we store. A chunk after a failed one is not
-  // moved (a KV prefix with a hole is useless) and carries the failed chunk's status.
+  // Plan: pin what we load, claim slots for what we store. Planning a request stops at its
+  // first failed chunk; finish() marks the rest.
   for (uint32_t ri = 0; ri < reqs_.size(); ++ri) {
     Request& q = reqs_[ri];
-    int failed = 0;
     for (uint32_t c = 0; c < q.keys.size(); ++c) {
-      if (failed) {
-        q.status[c] = failed;
-        continue;
-      }
       const int32_t* blocks = q.r.block_table + (q.first_chunk + c) * ct / kv.block_tokens();
       if (is_load()) {
         auto slot = index.pin(q.keys[c]);
         if (!slot) {
-          q.status[c] = failed = TUTTI_ENOENT;
-          continue;
+          q.status[c] = TUTTI_ENOENT;
+          break;
         }
         Item& it = items_.emplace_back();
         it.req = ri, it.chunk = c, it.slot = *slot, it.blocks = blocks;
@@ -163,8 +172,8 @@ void Batch::submit() {
           continue;
         }
         if (a.claim == Index::Claim::kFull) {
-          q.status[c] = failed = TUTTI_ENOSPC;
-          continue;
+          q.status[c] = TUTTI_ENOSPC;
+          break;
         }
         if (a.reused) reused_.push_back(a.slot);
         Item& it = items_.emplace_back();
@@ -172,7 +181,6 @@ void Batch::submit() {
         it.sums.assign(layers_, 0);
       }
     }
-    (void)bpc;
   }
   direct_ = rt_->direct();
   pending_ = std::make_unique<std::atomic<uint32_t>[]>(layers_);
@@ -232,15 +240,14 @@ void Batch::issue_layer(uint32_t layer) {
   rt_->counters().ios += ops.size();
   // Submit in groups; when staging runs out, hand over what is ready before blocking, so the
   // I/Os that will free buffers are already on their way.
-  Staging& staging = rt_->staging();
-  const bool staged = !direct_ || per_block;
+  Staging* staging = direct_ ? nullptr : &rt_->staging();  // the baseline is never direct
   std::vector<IoOp*> group;
   group.reserve(64);
   for (LayerOp& op : ops) {
-    if (staged && !staging.try_acquire(&op.stage)) {
+    if (staging && !staging->try_acquire(&op.stage)) {
       if (!group.empty()) rt_->backend().submit(group);
       group.clear();
-      op.stage = staging.acquire();
+      op.stage = staging->acquire();
     }
     group.push_back(&op);
     if (group.size() == 64) {
@@ -336,12 +343,8 @@ void Batch::finish() {
     if (int e = it.error.load()) reqs_[it.req].status[it.chunk] = e;
   }
   for (Request& q : reqs_) {
-    int failed = 0;
-    for (int& s : q.status) {
-      if (failed) s = failed;
-      else if (s) failed = s;
-      if (s) c.failed_chunks++;
-    }
+    fail_after_first_error(q.status);
+    c.failed_chunks += std::count_if(q.status.begin(), q.status.end(), [](int s) { return s != 0; });
   }
   {
     std::lock_guard lock(mu_);
@@ -375,9 +378,8 @@ void Batch::settle() {
   settled_ = true;
   for (auto [r, c] : awaited_) {
     if (rt_->index().wait_settled(reqs_[r].keys[c])) continue;
-    auto& status = reqs_[r].status;  // the other store of this chunk failed
-    for (size_t k = c; k < status.size(); ++k)
-      if (!status[k]) status[k] = TUTTI_EIO;
+    if (!reqs_[r].status[c]) reqs_[r].status[c] = TUTTI_EIO;  // the other store of it failed
+    fail_after_first_error(reqs_[r].status);
   }
 }
 
@@ -397,18 +399,11 @@ tutti_result Batch::result(size_t request) {
   const Request& q = reqs_[request];
   tutti_result r{};
   r.chunks = static_cast<uint32_t>(q.status.size());
-  size_t lead = 0;
-  bool gap = false;
-  for (int s : q.status) {
-    if (s == 0) {
-      r.chunks_ok++;
-      if (!gap) ++lead;
-    } else {
-      if (!r.status) r.status = s;
-      gap = true;
-    }
-  }
-  r.tokens = lead * rt_->config().chunk_tokens;
+  // Failures run to the end (fail_after_first_error), so the ok chunks are the leading ones.
+  r.chunks_ok = static_cast<uint32_t>(std::find_if(q.status.begin(), q.status.end(), [](int s) { return s != 0; }) -
+                                      q.status.begin());
+  r.status = r.chunks_ok < r.chunks ? q.status[r.chunks_ok] : 0;
+  r.tokens = size_t{r.chunks_ok} * rt_->config().chunk_tokens;
   return r;
 }
 

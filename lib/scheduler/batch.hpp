@@ -79,7 +79,6 @@ class Batch {
   // freed by its owner) only once no thread is inside any of its callbacks.
   void release(uint64_t n = 1);
   void finish();                       // everything moved; results final
-  void fail_after_first_error();
 
   std::shared_ptr<Runtime> rt_;
   tutti_op op_;
