@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -577,6 +579,33 @@ static void test_tiny_pool(void** state) {
   ctx_close(&c);
 }
 
+/* A disk too full for the pool: RLIMIT_FSIZE makes the pre-allocation fail as a full disk
+ * would. The pool is refused with TUTTI_ENOSPC, leaves no bytes behind, and the pool that was
+ * already there still loads. (Stores never meet a full disk: pools are pre-allocated.) */
+static void test_full_disk(void** state) {
+  bi_ctx c;
+  ctx_open(&c, *state, 0xA7, 1);
+  char path[4300];
+  snprintf(path, sizeof path, "%s/full.pool", c.env->dir);
+  struct rlimit old, lim;
+  assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+  lim = old;
+  lim.rlim_cur = 1 << 20; /* this "disk" holds 1 MiB */
+  void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  tutti_runtime* rt = NULL;
+  int rc = open_pool(c.kv, path, "64M", "1", &rt);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+  signal(SIGXFSZ, prev);
+  if (rc == 0) tutti_runtime_close(rt);
+  TH_EQ(rc, TUTTI_ENOSPC);
+  struct stat sb;
+  assert_int_equal(stat(path, &sb), 0);
+  TH_EQ(sb.st_size, 0);
+  still_loads(&c);
+  ctx_close(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_version_strerror),
@@ -591,6 +620,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_batch_order, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_paths, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_tiny_pool, th_setup_dir, th_teardown_dir),
+      cmocka_unit_test_setup_teardown(test_full_disk, th_setup_dir, th_teardown_dir),
   };
   if (th_require_pool() == TH_SKIP) return TH_SKIP;
   return cmocka_run_group_tests_name("badinput", tests, NULL, NULL);
