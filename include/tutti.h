@@ -76,7 +76,8 @@ TUTTI_API const char* tutti_last_error(void);
  *   capacity         total size of newly created pool files (split evenly) when a URI has no
  *                    ?size=. Default 8G. An existing pool keeps its size.
  *   chunk_tokens     tokens per stored chunk (a multiple of the block size). Default 256.
- *   backend          auto | uring | posix. Default auto (uring where io_uring works).
+ *   backend          auto | uring | posix. Default auto: uring where io_uring works, except
+ *                    for pools that cannot use O_DIRECT (tmpfs), where posix is faster.
  *   namespace        salt mixed into every chunk key (model id, tenant). Default "".
  *   io_mode          object (one I/O per chunk and layer; default) | per-block-baseline (one I/O
  *                    per block and K/V through staging: the page-granular path of other SSD
@@ -109,7 +110,8 @@ TUTTI_API int tutti_runtime_open(const tutti_options* opts, tutti_runtime** out)
 /* Waits for in-flight batches, syncs and closes the pool. */
 TUTTI_API void tutti_runtime_close(tutti_runtime* rt);
 
-/* The backend chosen by `auto` (or given), e.g. "uring". Static string. */
+/* The backend in use, e.g. "uring": a static string (`auto` is settled when the KV cache is
+ * registered). */
 TUTTI_API const char* tutti_runtime_backend(const tutti_runtime* rt);
 
 /* ---- The engine's paged KV cache ------------------------------------------------------

@@ -8,7 +8,7 @@ namespace tutti {
 
 Runtime::Runtime(Config cfg) : cfg_(std::move(cfg)) {
   TUTTI_EXPECT(!cfg_.pools.empty(), "no pool location given");
-  backend_name_ = resolve_backend(cfg_.backend);
+  backend_name_ = resolve_backend(cfg_.backend) == "uring" ? "uring" : "posix";
 }
 
 Runtime::~Runtime() {
@@ -57,7 +57,13 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   bc.rings = cfg_.rings;
   bc.queue_depth = cfg_.queue_depth;
   bc.threads = cfg_.threads;
-  auto backend = make_backend(backend_name_, bc);
+  // io_uring copies buffered reads (tmpfs pools, which refuse O_DIRECT) inline in its ring
+  // threads. Measured loading 16K Llama-3-8B tokens from /dev/shm on 2 cores: posix 8.9 and
+  // 13.4 GB/s, uring 7.3 and 6.2 with twice the CPU. So auto takes posix for such pools.
+  if (cfg_.backend == "auto")
+    for (size_t i = 0; i < pool->files(); ++i)
+      if (!pool->file(i).direct) backend_name_ = "posix";
+  auto backend = make_backend(backend_name_.load(), bc);
 
   counters_.per_layer_wait_ns = std::make_unique<std::atomic<uint64_t>[]>(shape.layers);
   for (uint32_t l = 0; l < shape.layers; ++l) counters_.per_layer_wait_ns[l] = 0;

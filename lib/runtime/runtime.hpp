@@ -35,7 +35,7 @@ class Runtime {
 
   void register_kv(const tutti_kv_layout& layout);
   size_t lookup(const int32_t* tokens, size_t n, const void* salt, size_t salt_len);
-  const char* backend_name() const { return backend_name_.c_str(); }
+  const char* backend_name() const { return backend_name_.load(); }
   tutti_stats stats() const;
   std::vector<uint64_t> layer_wait_ns() const;
 
@@ -55,7 +55,7 @@ class Runtime {
 
  private:
   Config cfg_;
-  std::string backend_name_;
+  std::atomic<const char*> backend_name_{""};  // a static string; settled at register_kv
   std::mutex mu_;  // registration
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<Index> index_;
