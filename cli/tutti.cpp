@@ -22,6 +22,7 @@
 #include "common/fd.hpp"
 #include "common/units.hpp"
 #include "datapath/backend.hpp"
+#include "kernels/device.hpp"
 #include "pool/pool.hpp"
 #include "resolver/uri.hpp"
 #include "runtime/config.hpp"
@@ -55,6 +56,7 @@ const char* kUsage =
     "  --block-tokens N     tokens per KV block (default 16)\n"
     "  --chunk-tokens N     tokens per stored chunk (default 256)\n"
     "  --hnd                use the HND block layout (default NHD)\n"
+    "  --memory KIND        host (default) or cuda: the KV cache in HBM of CUDA device 0\n"
     "  --repeat N           loads per run, each after a raw read; medians reported (default 3)\n"
     "  --json               one JSON object per line instead of a table\n"
     "  --keep               keep the pool file afterwards\n"
@@ -98,7 +100,10 @@ int die(const char* what, int rc) {
 
 int cmd_info() {
   std::printf("tutti %s (C ABI %u)\n", tutti_version_string(), tutti_version_number());
-  std::printf("build: liburing, xxhash; CUDA: not in this build (host memory stands in for the GPU)\n");
+  std::string gpu = tutti::gpu::unavailable_reason();
+  std::printf("build: liburing, xxhash; CUDA: %s\n",
+              gpu.empty() ? ("yes, " + std::to_string(tutti::gpu::device_count()) + " device(s)").c_str()
+                          : (gpu + " (host memory stands in for the GPU)").c_str());
   std::string why = tutti::uring_unavailable_reason();
   std::printf("backends:\n");
   std::printf("  uring      %s\n", why.empty() ? "works (io_uring, O_DIRECT, fixed files and buffers)" : ("unusable: " + why).c_str());
@@ -131,6 +136,7 @@ struct BenchArgs {
   bool keep = false;
   bool quiet = false;
   unsigned repeat = 3;
+  bool cuda = false;
 };
 
 // The synthetic KV cache: one fused tensor per layer [2, blocks, block_tokens, heads, head_dim]
@@ -143,8 +149,17 @@ class KvCache {
     blocks_ = static_cast<uint32_t>(a.tokens / a.block_tokens);
     block_bytes_ = uint64_t{a.block_tokens} * m.heads * m.head_dim * m.elem_bytes;
     layer_bytes_ = 2 * uint64_t{blocks_} * block_bytes_;
-    mem_ = tutti::AlignedBuffer(layer_bytes_ * m.layers, 2 << 20);
-    for (uint32_t l = 0; l < m.layers; ++l) bases_.push_back(mem_.data() + l * layer_bytes_);
+    std::byte* base;
+    if (a.cuda) {
+      // In HBM: the pattern is made and checked in a host copy of one layer at a time.
+      device_mem_ = static_cast<std::byte*>(tutti::gpu::alloc(0, layer_bytes_ * m.layers));
+      host_layer_ = tutti::AlignedBuffer(layer_bytes_, 2 << 20);
+      base = device_mem_;
+    } else {
+      mem_ = tutti::AlignedBuffer(layer_bytes_ * m.layers, 2 << 20);
+      base = mem_.data();
+    }
+    for (uint32_t l = 0; l < m.layers; ++l) bases_.push_back(base + l * layer_bytes_);
     // A shuffled block table, as a paged allocator hands out.
     table_.resize(blocks_);
     for (uint32_t i = 0; i < blocks_; ++i) table_[i] = static_cast<int32_t>(i);
@@ -153,6 +168,11 @@ class KvCache {
     tokens_.resize(a.tokens);
     for (size_t i = 0; i < a.tokens; ++i) tokens_[i] = static_cast<int32_t>(rng() % 128000);
   }
+  ~KvCache() {
+    if (device_mem_) tutti::gpu::free(device_mem_);
+  }
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
 
   tutti_kv_layout layout() const {
     const Model& m = *a_.model;
@@ -161,39 +181,58 @@ class KvCache {
     l.k_base = bases_.data();
     l.v_base = nullptr;
     l.v_offset = uint64_t{blocks_} * block_bytes_;
+    if (a_.cuda) l.memory = TUTTI_MEMORY_CUDA, l.device = 0;
     return l;
   }
 
-  void fill() { walk([](uint64_t* w, uint64_t v) { *w = v; return true; }); }
-  void clear() { std::memset(mem_.data(), 0, mem_.size()); }
-  bool verify() { return walk([](uint64_t* w, uint64_t v) { return *w == v; }); }
+  void fill() {
+    for (uint32_t l = 0; l < a_.model->layers; ++l) {
+      walk(l, host(l), [](uint64_t* w, uint64_t v) { *w = v; return true; });
+      if (device_mem_) tutti::gpu::copy_to_device(bases_[l], host_layer_.data(), layer_bytes_);
+    }
+  }
+  void clear() {
+    if (device_mem_)
+      tutti::gpu::fill_zero(device_mem_, layer_bytes_ * a_.model->layers);
+    else
+      std::memset(mem_.data(), 0, mem_.size());
+  }
+  bool verify() {
+    for (uint32_t l = 0; l < a_.model->layers; ++l) {
+      if (device_mem_) tutti::gpu::copy_to_host(host_layer_.data(), bases_[l], layer_bytes_);
+      if (!walk(l, host(l), [](uint64_t* w, uint64_t v) { return *w == v; })) return false;
+    }
+    return true;
+  }
 
-  uint64_t bytes() const { return mem_.size(); }
+  uint64_t bytes() const { return layer_bytes_ * a_.model->layers; }
   const std::vector<int32_t>& tokens() const { return tokens_; }
   const std::vector<int32_t>& table() const { return table_; }
 
  private:
+  std::byte* host(uint32_t l) { return device_mem_ ? host_layer_.data() : static_cast<std::byte*>(bases_[l]); }
+
   template <class Fn>
-  bool walk(Fn fn) {
+  bool walk(uint32_t l, std::byte* layer, Fn fn) {
     const uint64_t words = block_bytes_ / 8;
-    for (uint32_t l = 0; l < a_.model->layers; ++l)
-      for (uint32_t side = 0; side < 2; ++side)
-        for (uint32_t logical = 0; logical < blocks_; ++logical) {
-          auto* w = reinterpret_cast<uint64_t*>(static_cast<std::byte*>(bases_[l]) + side * uint64_t{blocks_} * block_bytes_ +
-                                                uint64_t(table_[logical]) * block_bytes_);
-          uint64_t x = (uint64_t{l} << 40) ^ (uint64_t{side} << 39) ^ (uint64_t{logical} << 8) ^ 0x9E3779B97F4A7C15ull;
-          for (uint64_t i = 0; i < words; ++i) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift64
-            if (!fn(w + i, x)) return false;
-          }
+    for (uint32_t side = 0; side < 2; ++side)
+      for (uint32_t logical = 0; logical < blocks_; ++logical) {
+        auto* w = reinterpret_cast<uint64_t*>(layer + side * uint64_t{blocks_} * block_bytes_ +
+                                              uint64_t(table_[logical]) * block_bytes_);
+        uint64_t x = (uint64_t{l} << 40) ^ (uint64_t{side} << 39) ^ (uint64_t{logical} << 8) ^ 0x9E3779B97F4A7C15ull;
+        for (uint64_t i = 0; i < words; ++i) {
+          x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift64
+          if (!fn(w + i, x)) return false;
         }
+      }
     return true;
   }
 
   const BenchArgs& a_;
   uint32_t blocks_ = 0;
   uint64_t block_bytes_ = 0, layer_bytes_ = 0;
-  tutti::AlignedBuffer mem_;
+  tutti::AlignedBuffer mem_, host_layer_;
+  std::byte* device_mem_ = nullptr;
   std::vector<void*> bases_;
   std::vector<int32_t> table_, tokens_;
 };
@@ -271,10 +310,11 @@ double raw_bandwidth(const std::string& path, uint64_t offset, uint64_t bytes, b
 void print_row(const BenchArgs& a, const Row& r) {
   if (a.json) {
     std::printf(
-        "{\"run\":%zu,\"bench\":\"%s\",\"backend\":\"%s\",\"io_mode\":\"%s\",\"direct\":%s,\"model\":\"%s\",\"tokens\":%zu,"
+        "{\"run\":%zu,\"bench\":\"%s\",\"backend\":\"%s\",\"io_mode\":\"%s\",\"memory\":\"%s\",\"direct\":%s,\"model\":\"%s\",\"tokens\":%zu,"
         "\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.3f,\"ratio_to_raw\":%.3f,\"cpu_us_per_layer\":%s,"
         "\"io_cpu_us_per_layer\":%s,\"ios_per_layer\":%s,\"verified\":%s}\n",
-        r.run, r.bench.c_str(), r.backend.c_str(), r.io_mode.c_str(), r.direct ? "true" : "false", a.model->name, a.tokens,
+        r.run, r.bench.c_str(), r.backend.c_str(), r.io_mode.c_str(), a.cuda ? "cuda" : "host", r.direct ? "true" : "false",
+        a.model->name, a.tokens,
         r.bytes, r.seconds, r.gbps, r.ratio, r.has_cpu ? std::to_string(r.cpu_us_layer).c_str() : "null",
         r.has_cpu ? std::to_string(r.io_cpu_us_layer).c_str() : "null",
         r.has_cpu ? std::to_string(r.ios_layer).c_str() : "null", r.verified ? "true" : "false");
@@ -331,6 +371,8 @@ RunResult run_once(const BenchArgs& a, KvCache& kv, const std::string& backend, 
   tutti_options_set(o, "backend", backend.c_str());
   tutti_options_set(o, "io_mode", io_mode);
   tutti_options_set(o, "direct_to_blocks", a.direct.c_str());
+  if (a.cuda)  // a load into HBM stages a whole layer: room for two
+    tutti_options_set(o, "staging", std::to_string(std::max<uint64_t>(256ull << 20, 2 * chunks * shape.layer_bytes())).c_str());
   tutti_runtime* rt = nullptr;
   int rc = tutti_runtime_open(o, &rt);
   tutti_options_destroy(o);
@@ -500,6 +542,13 @@ int cmd_bench(int argc, char** argv) {
       a.chunk_tokens = static_cast<uint32_t>(number("--chunk-tokens", need_value(i)));
     } else if (f == "--repeat") {
       a.repeat = static_cast<unsigned>(number("--repeat", need_value(i)));
+    } else if (f == "--memory") {
+      std::string v = need_value(i);
+      if (v != "host" && v != "cuda") {
+        std::fprintf(stderr, "tutti bench: --memory is host or cuda\n");
+        return 2;
+      }
+      a.cuda = v == "cuda";
     } else if (f == "--hnd") {
       a.hnd = true;
     } else if (f == "--json") {
@@ -520,6 +569,14 @@ int cmd_bench(int argc, char** argv) {
     std::fprintf(stderr, "tutti bench: --tokens must be a multiple of --chunk-tokens x --requests, and --chunk-tokens a multiple of --block-tokens\n");
     return 2;
   }
+  if (a.cuda) {
+    std::string why = tutti::gpu::unavailable_reason();
+    if (!why.empty()) {
+      std::fprintf(stderr, "tutti bench: --memory cuda: %s\n", why.c_str());
+      return 2;
+    }
+    a.baseline = false;  // the per-block baseline runs on host memory only
+  }
   if (a.backends.empty()) {
     if (tutti::uring_unavailable_reason().empty()) a.backends.push_back("uring");
     a.backends.push_back("posix");
@@ -528,8 +585,9 @@ int cmd_bench(int argc, char** argv) {
   const Model& m = *a.model;
   KvCache kv(a);
   if (!a.json) {
-    std::printf("tutti bench: %s (%u layers, %u kv heads, head dim %u), %zu tokens in %zu request(s), KV %s, pool %s\n",
-                m.name, m.layers, m.heads, m.head_dim, a.tokens, a.requests, format_bytes(kv.bytes()).c_str(), a.pool.c_str());
+    std::printf("tutti bench: %s (%u layers, %u kv heads, head dim %u), %zu tokens in %zu request(s), KV %s in %s, pool %s\n",
+                m.name, m.layers, m.heads, m.head_dim, a.tokens, a.requests, format_bytes(kv.bytes()).c_str(),
+                a.cuda ? "CUDA device 0" : "host memory", a.pool.c_str());
     std::printf("%-10s %-7s %-20s %8s %7s %12s %14s %10s %s\n", "bench", "backend", "io_mode", "GB/s", "x raw",
                 "cpu us/layer", "io cpu us/layer", "I/Os/layer", "verified");
   }

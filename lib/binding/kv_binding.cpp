@@ -21,9 +21,12 @@ KvBinding::KvBinding(const tutti_kv_layout& l, uint32_t chunk_tokens) {
   TUTTI_EXPECT(chunk_tokens % l.block_tokens == 0,
                "chunk_tokens (" + std::to_string(chunk_tokens) + ") must be a multiple of block_tokens (" +
                    std::to_string(l.block_tokens) + ")");
-  if (l.memory == TUTTI_MEMORY_CUDA)
-    fail(TUTTI_EUNSUPPORTED, "CUDA device memory is not supported by this build of tutti (host memory only)");
-  TUTTI_EXPECT(l.memory == TUTTI_MEMORY_HOST, "unknown memory kind " + std::to_string(l.memory));
+  TUTTI_EXPECT(l.memory == TUTTI_MEMORY_HOST || l.memory == TUTTI_MEMORY_CUDA,
+               "unknown memory kind " + std::to_string(l.memory));
+  if (l.memory == TUTTI_MEMORY_CUDA) {
+    TUTTI_EXPECT(l.device >= 0, "CUDA device ordinal must be >= 0");
+    device_ = l.device;
+  }
   TUTTI_EXPECT(l.k_base != nullptr, "k_base is NULL");
 
   shape_ = Shape{l.num_layers, l.num_kv_heads, l.head_dim, l.elem_bytes, chunk_tokens};
@@ -63,7 +66,22 @@ KvBinding::KvBinding(const tutti_kv_layout& l, uint32_t chunk_tokens) {
   if (run_ == Run::kRow) aligned = aligned && is_aligned(head_stride_, kIoAlign);
   for (uint32_t i = 0; i < l.num_layers && aligned; ++i)
     aligned = is_aligned(reinterpret_cast<uintptr_t>(k_[i]), kIoAlign) && is_aligned(reinterpret_cast<uintptr_t>(v_[i]), kIoAlign);
-  direct_capable_ = aligned;
+  direct_capable_ = aligned && !on_device();
+}
+
+gpu::CopyLayout KvBinding::copy_layout() const {
+  gpu::CopyLayout c;
+  c.block_stride = block_stride_;
+  c.token_stride = token_stride_;
+  c.head_stride = head_stride_;
+  c.run_bytes = run_bytes_;
+  c.kv_bytes = shape_.kv_bytes();
+  c.v_offset = shape_.v_offset();
+  c.block_tokens = block_tokens_;
+  c.heads = shape_.heads;
+  c.run_kind = run_ == Run::kBlock ? 0 : run_ == Run::kToken ? 1 : 2;
+  c.blocks_per_chunk = blocks_per_chunk();
+  return c;
 }
 
 void KvBinding::scatter(uint32_t layer, const int32_t* blocks, uint64_t lo, uint64_t hi, const std::byte* staging) const {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/device.hpp"
 #include "resolver/layout.hpp"
 #include "tutti.h"
 
@@ -33,8 +34,14 @@ class KvBinding {
   // Bytes of one maximal contiguous run: a whole block, a token's heads, or one row.
   uint64_t run_bytes() const { return run_bytes_; }
   // True when every run is 4 KiB aligned in address and length, so O_DIRECT can move bytes
-  // between the pool and the blocks with vectored I/O and no staging copy.
+  // between the pool and the blocks with vectored I/O and no staging copy (host memory only).
   bool direct_capable() const { return direct_capable_; }
+  // CUDA device memory: the blocks are reached by the copy kernels, never by the CPU.
+  bool on_device() const { return device_ >= 0; }
+  int device() const { return device_; }
+  std::byte* k(uint32_t layer) const { return k_[layer]; }
+  std::byte* v(uint32_t layer) const { return v_[layer]; }
+  gpu::CopyLayout copy_layout() const;
 
   // Calls fn(MemRun) for each run of layer `layer` of the chunk whose blocks are
   // `blocks[0..blocks_per_chunk)`, restricted to object bytes [lo, hi), in object order.
@@ -56,6 +63,7 @@ class KvBinding {
   enum class Run { kBlock, kToken, kRow } run_ = Run::kRow;
   uint64_t run_bytes_ = 0;
   bool direct_capable_ = false;
+  int device_ = -1;
 };
 
 template <class Fn>

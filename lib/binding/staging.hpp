@@ -35,12 +35,18 @@ class Staging {
   size_t count() const { return count_; }
   // Regions to register with io_uring (each at most 1 GiB, whole buffers).
   const std::vector<iovec>& regions() const { return regions_; }
+  // The whole arena, and where a GPU sees a buffer once the arena is pinned and mapped.
+  std::byte* arena() const { return arena_.data(); }
+  uint64_t arena_bytes() const { return arena_.size(); }
+  void set_device_base(uint64_t base) { device_base_ = base; }
+  uint64_t device_address(const Buffer& b) const { return device_base_ + uint64_t(b.data - arena_.data()); }
 
  private:
   AlignedBuffer arena_;
   uint64_t buffer_bytes_ = 0;
   size_t count_ = 0;
   size_t per_region_ = 1;
+  uint64_t device_base_ = 0;
   std::vector<iovec> regions_;
   std::mutex mu_;
   std::condition_variable cv_;

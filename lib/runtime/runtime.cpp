@@ -14,6 +14,7 @@ Runtime::Runtime(Config cfg) : cfg_(std::move(cfg)) {
 Runtime::~Runtime() {
   scheduler_.reset();  // drains queued batches
   backend_.reset();    // joins I/O threads
+  if (device_ && staging_) device_->unpin(staging_->arena());
 }
 
 void Runtime::require_registered() const {
@@ -26,8 +27,18 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   auto binding = std::make_unique<KvBinding>(layout, cfg_.chunk_tokens);
   const Shape& shape = binding->shape();
 
+  std::unique_ptr<gpu::Device> device;
+  if (binding->on_device()) {
+    TUTTI_EXPECT_CODE(cfg_.io_mode == IoMode::kObject, TUTTI_EUNSUPPORTED,
+                      "io_mode=per-block-baseline works on host memory only");
+    device = std::make_unique<gpu::Device>(binding->device());
+    for (uint32_t l = 0; l < shape.layers; ++l)
+      TUTTI_EXPECT(device->owns(binding->k(l)) && device->owns(binding->v(l)),
+                   "layer " + std::to_string(l) + ": K/V are not memory of CUDA device " +
+                       std::to_string(binding->device()));
+  }
   bool direct = false;
-  if (cfg_.io_mode == IoMode::kObject) {
+  if (cfg_.io_mode == IoMode::kObject && !device) {
     if (cfg_.direct == DirectMode::kOn)
       TUTTI_EXPECT(binding->direct_capable(),
                    "direct_to_blocks=on needs 4 KiB aligned blocks whose K (and V) rows are contiguous per block");
@@ -49,6 +60,8 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
     const uint64_t op_bytes =
         cfg_.io_mode == IoMode::kObject ? shape.layer_bytes() : shape.token_bytes() * binding->block_tokens();
     staging = std::make_unique<Staging>(std::max(cfg_.staging, op_bytes), op_bytes);
+    // The copy kernels read and write staging in place, over PCIe.
+    if (device) staging->set_device_base(device->pin(staging->arena(), staging->arena_bytes()));
   }
 
   BackendConfig bc;
@@ -72,6 +85,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   staging_ = std::move(staging);
   backend_ = std::move(backend);
   direct_ = direct;
+  device_ = std::move(device);
   scheduler_ = std::make_unique<Scheduler>(cfg_.lookahead);
   binding_ = std::move(binding);
 }

@@ -12,6 +12,7 @@
 #include "binding/staging.hpp"
 #include "datapath/backend.hpp"
 #include "index/index.hpp"
+#include "kernels/device.hpp"
 #include "index/key.hpp"
 #include "pool/pool.hpp"
 #include "runtime/config.hpp"
@@ -50,6 +51,7 @@ class Runtime {
   Scheduler& scheduler() { return *scheduler_; }
   Counters& counters() { return counters_; }
   bool direct() const { return direct_; }  // vectored I/O straight into blocks
+  gpu::Device* device() { return device_.get(); }  // the KV cache is in CUDA memory
   Key root(const void* salt, size_t salt_len) const { return root_key(cfg_.ns, salt, salt_len); }
   uint64_t torn_records() const { return torn_records_; }
 
@@ -60,6 +62,7 @@ class Runtime {
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<Index> index_;
   std::unique_ptr<KvBinding> binding_;
+  std::unique_ptr<gpu::Device> device_;
   std::unique_ptr<Staging> staging_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Scheduler> scheduler_;  // last: stopped first

@@ -39,7 +39,7 @@ uint64_t extent_checksum(const KvBinding& kv, uint32_t layer, const int32_t* blo
   return XXH3_64bits_digest(st);
 }
 
-int code_of(int64_t res) { return res == -ENOSPC ? TUTTI_ENOSPC : TUTTI_EIO; }
+int code_of(int64_t res) { return res == -ENOSPC ? TUTTI_ENOSPC : res == -EBADMSG ? TUTTI_ECORRUPT : TUTTI_EIO; }
 
 // A KV prefix with a hole is useless: every chunk after a failed one carries its status.
 void fail_after_first_error(std::vector<int>& status) {
@@ -62,7 +62,7 @@ void LayerOp::prepare() {
     buf = stage.data;
     buf_index = stage.region;
     if (write) {
-      kv.gather(layer, item.blocks, lo, hi, buf);
+      if (!kv.on_device()) kv.gather(layer, item.blocks, lo, hi, buf);  // else gathered already
       // The padding after K and after V must be defined bytes: they are checksummed.
       const Shape& s = kv.shape();
       const uint64_t pad = s.v_offset() - s.kv_bytes();
@@ -85,9 +85,19 @@ void LayerOp::prepare() {
 
 void LayerOp::complete(int64_t res) {
   Batch& b = *batch;
-  if (res == static_cast<int64_t>(length) && !write && stage.data)
-    b.rt_->binding().scatter(layer, b.items_[item].blocks, lo, hi, stage.data);
-  if (stage.data) b.rt_->staging().release(stage);
+  const KvBinding& kv = b.rt_->binding();
+  auto& it = b.items_[item];
+  if (res == static_cast<int64_t>(length) && !write && stage.data) {
+    // A chunk whose bytes do not match its commit record never reaches the blocks.
+    if (b.rt_->config().verify && hi - lo == kv.shape().layer_bytes() &&
+        XXH3_64bits(stage.data, hi - lo) != b.rt_->index().layer_sums(it.slot)[layer]) {
+      res = -EBADMSG;
+    } else if (!kv.on_device()) {
+      kv.scatter(layer, it.blocks, lo, hi, stage.data);
+    }
+  }
+  // In CUDA memory, a load's staging is held until the layer's scatter kernel has run.
+  if (stage.data && (write || !kv.on_device())) b.rt_->staging().release(stage);
   b.op_done(*this, res);
 }
 
@@ -104,6 +114,8 @@ Batch::~Batch() {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return state_ == State::kDone; });
   }
+  // Here, not in finish(): finish() may run in a CUDA host callback, which must not call CUDA.
+  if (device_ids_) rt_->device()->release(device_ids_);
 }
 
 void Batch::add(const tutti_request* reqs, size_t n) {
@@ -183,6 +195,21 @@ void Batch::submit() {
     }
   }
   direct_ = rt_->direct();
+  ops_.resize(layers_);
+  if (gpu::Device* dev = rt_->device(); dev && !items_.empty()) {
+    const size_t bpc = kv.blocks_per_chunk();
+    TUTTI_EXPECT(!is_load() || items_.size() <= rt_->staging().count(),
+                 "a load into CUDA memory stages a whole layer: " + std::to_string(items_.size()) +
+                     " chunks need staging >= " + std::to_string(items_.size() * rt_->staging().buffer_bytes()) +
+                     " bytes (option staging / TUTTI_STAGING)");
+    std::vector<int32_t> ids;
+    ids.reserve(items_.size() * bpc);
+    for (Item& it : items_) {
+      it.first_block = static_cast<uint32_t>(ids.size());
+      ids.insert(ids.end(), it.blocks, it.blocks + bpc);
+    }
+    device_ids_ = dev->upload(ids.data(), ids.size());
+  }
   pending_ = std::make_unique<std::atomic<uint32_t>[]>(layers_);
   layer_done_.assign(layers_, 0);
   state_ = State::kRunning;
@@ -223,7 +250,7 @@ void Batch::issue_layer(uint32_t layer) {
     ranges.emplace_back(0, s.layer_bytes());
   }
 
-  std::vector<LayerOp>& ops = ops_.emplace_back();  // only the scheduler thread touches ops_
+  std::vector<LayerOp>& ops = ops_[layer];
   ops.reserve(items_.size() * ranges.size());
   for (uint32_t i = 0; i < items_.size(); ++i) {
     Item& it = items_[i];
@@ -243,22 +270,87 @@ void Batch::issue_layer(uint32_t layer) {
   Staging* staging = direct_ ? nullptr : &rt_->staging();  // the baseline is never direct
   std::vector<IoOp*> group;
   group.reserve(64);
+  const bool gather = !is_load() && rt_->device();
+  auto flush = [&] {
+    if (group.empty()) return;
+    if (gather) gather_on_device(group);  // a store from CUDA memory: blocks -> staging first
+    rt_->backend().submit(group);
+    group.clear();
+  };
   for (LayerOp& op : ops) {
     if (staging && !staging->try_acquire(&op.stage)) {
-      if (!group.empty()) rt_->backend().submit(group);
-      group.clear();
+      flush();
       op.stage = staging->acquire();
     }
     group.push_back(&op);
-    if (group.size() == 64) {
-      rt_->backend().submit(group);
-      group.clear();
+    if (group.size() == 64) flush();
+  }
+  flush();
+  // Drop the issue hold; if every op already finished this completes the layer.
+  if (pending_[layer].fetch_sub(1) == 1) layer_io_done(layer);
+  release();
+}
+
+void Batch::gather_on_device(std::vector<IoOp*>& group) {
+  const KvBinding& kv = rt_->binding();
+  std::vector<gpu::ChunkCopy> chunks;
+  for (IoOp* p : group) {
+    auto* op = static_cast<LayerOp*>(p);
+    chunks.push_back(gpu::ChunkCopy{rt_->staging().device_address(op->stage), items_[op->item].first_block});
+  }
+  const uint32_t layer = static_cast<LayerOp*>(group[0])->layer;
+  try {
+    rt_->device()->gather(kv.copy_layout(), kv.k(layer), kv.v(layer), chunks.data(), chunks.size(), device_ids_);
+  } catch (const Error& e) {
+    for (IoOp* p : group) {
+      int expected = 0;
+      items_[static_cast<LayerOp*>(p)->item].error.compare_exchange_strong(expected, e.code());
     }
   }
-  if (!group.empty()) rt_->backend().submit(group);
-  // Drop the issue hold; if every op already finished this completes the layer.
-  if (pending_[layer].fetch_sub(1) == 1) layer_done(layer);
-  release();
+}
+
+void Batch::layer_io_done(uint32_t layer) {
+  if (is_load() && rt_->device())
+    scatter_on_device(layer);
+  else
+    layer_done(layer);
+}
+
+namespace {
+struct Landed {
+  Batch* batch;
+  uint32_t layer;
+};
+}  // namespace
+
+// One kernel scatters the whole layer from staging into the blocks; when it has run, a CUDA
+// host callback gives the staging back and completes the layer.
+void Batch::scatter_on_device(uint32_t layer) {
+  const KvBinding& kv = rt_->binding();
+  std::vector<gpu::ChunkCopy> chunks;
+  for (LayerOp& op : ops_[layer])
+    if (!items_[op.item].error.load()) chunks.push_back(gpu::ChunkCopy{rt_->staging().device_address(op.stage), items_[op.item].first_block});
+  outstanding_ += 1;  // held until the callback
+  auto landed = [](void* arg) {
+    auto* l = static_cast<Landed*>(arg);
+    Batch* b = l->batch;
+    const uint32_t layer = l->layer;
+    delete l;
+    for (LayerOp& op : b->ops_[layer]) b->rt_->staging().release(op.stage);
+    b->layer_done(layer);
+    b->release();
+  };
+  auto* arg = new Landed{this, layer};
+  try {
+    rt_->device()->scatter(kv.copy_layout(), kv.k(layer), kv.v(layer), chunks.data(), chunks.size(), device_ids_,
+                           landed, arg);
+  } catch (const Error& e) {
+    for (Item& it : items_) {
+      int expected = 0;
+      it.error.compare_exchange_strong(expected, e.code());
+    }
+    landed(arg);
+  }
 }
 
 void Batch::release(uint64_t n) {
@@ -277,13 +369,16 @@ void Batch::op_done(LayerOp& op, int64_t res) {
     int expected = 0;
     items_[op.item].error.compare_exchange_strong(expected, code_of(res));
   }
-  if (pending_[op.layer].fetch_sub(1) == 1) layer_done(op.layer);
+  if (pending_[op.layer].fetch_sub(1) == 1) layer_io_done(op.layer);
   release();
 }
 
 void Batch::layer_done(uint32_t layer) {
-  if (is_load() && rt_->config().verify) {
-    // A chunk whose bytes do not match its commit record is reported, never handed back.
+  const bool whole_extents_staged = !direct_ && rt_->config().io_mode == IoMode::kObject;
+  if (is_load() && rt_->config().verify && !whole_extents_staged) {
+    // Direct and per-block transfers are checked in the blocks: a chunk whose bytes do not
+    // match its commit record is reported as failed. Whole staged extents were checked
+    // before they were scattered (LayerOp::complete).
     const KvBinding& kv = rt_->binding();
     for (Item& it : items_) {
       if (it.error.load()) continue;

@@ -69,12 +69,17 @@ class Batch {
     uint32_t chunk = 0;  // index into Request::keys
     uint64_t slot = 0;
     const int32_t* blocks = nullptr;   // block ids of the chunk
+    uint32_t first_block = 0;          // its ids in device_ids_
     std::atomic<int> error{0};
     std::vector<uint64_t> sums;        // store: per-layer checksums
   };
 
   void op_done(LayerOp& op, int64_t res);
+  // Every op of `layer` is over: in CUDA memory the layer still has to be scattered.
+  void layer_io_done(uint32_t layer);
   void layer_done(uint32_t layer);
+  void scatter_on_device(uint32_t layer);
+  void gather_on_device(std::vector<IoOp*>& group);
   // Every path that may end the batch ends with release(): the batch is final (and may be
   // freed by its owner) only once no thread is inside any of its callbacks.
   void release(uint64_t n = 1);
@@ -93,7 +98,8 @@ class Batch {
   std::vector<std::pair<uint32_t, uint32_t>> awaited_;
   void settle();
   bool settled_ = false;
-  std::deque<std::vector<LayerOp>> ops_;  // per issued layer; stable addresses
+  std::vector<std::vector<LayerOp>> ops_;  // per layer, filled when it is issued
+  int32_t* device_ids_ = nullptr;          // CUDA memory: the items' block ids on the device
   bool direct_ = false;
   std::unique_ptr<std::atomic<uint32_t>[]> pending_;  // ops outstanding per layer
   std::atomic<uint64_t> outstanding_{0};               // unissued layers + ops in flight

@@ -1,0 +1,198 @@
+// CUDA kernels and the device glue: copy a layer's chunks between the object layout in pinned
+// staging and the engine's paged blocks, one launch per layer for a whole batch.
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "kernels/device.hpp"
+
+namespace tutti::gpu {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail(TUTTI_EIO, std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
+}
+
+struct Guard {  // the calling thread works on the runtime's device
+  explicit Guard(int ordinal) { check(cudaSetDevice(ordinal), "cudaSetDevice"); }
+};
+
+// Address of run u of one side (K or V) of a chunk, as binding/kv_binding.hpp's for_each_run.
+__device__ __forceinline__ char* run_address(const CopyLayout& l, char* base, const int32_t* blocks, uint64_t u) {
+  if (l.run_kind == 0) return base + uint64_t(blocks[u]) * l.block_stride;
+  const uint64_t t = l.run_kind == 1 ? u : u / l.heads;
+  const uint64_t h = l.run_kind == 1 ? 0 : u % l.heads;
+  return base + uint64_t(blocks[t / l.block_tokens]) * l.block_stride + (t % l.block_tokens) * l.token_stride +
+         h * l.head_stride;
+}
+
+// Grid: y = chunk, x * warps = runs of both sides. Each warp moves one run at a time, its lanes
+// striding 16 bytes (or 1 byte where the layout is not 16-byte aligned).
+template <bool kToBlocks, bool kVec>
+__global__ void copy_layer(CopyLayout l, char* k, char* v, const ChunkCopy* chunks, const int32_t* ids) {
+  const ChunkCopy c = chunks[blockIdx.y];
+  const int32_t* blocks = ids + c.first_block;
+  char* stage = reinterpret_cast<char*>(c.staging);
+  const uint64_t runs = l.kv_bytes / l.run_bytes;
+  const unsigned lane = threadIdx.x & 31;
+  const unsigned warps = gridDim.x * (blockDim.x >> 5);
+  for (uint64_t r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < 2 * runs; r += warps) {
+    const bool is_v = r >= runs;
+    const uint64_t u = is_v ? r - runs : r;
+    char* mem = run_address(l, is_v ? v : k, blocks, u);
+    char* obj = stage + (is_v ? l.v_offset : 0) + u * l.run_bytes;
+    char* dst = kToBlocks ? mem : obj;
+    const char* src = kToBlocks ? obj : mem;
+    if (kVec) {
+      for (uint64_t o = lane * 16; o < l.run_bytes; o += 32 * 16)
+        *reinterpret_cast<uint4*>(dst + o) = *reinterpret_cast<const uint4*>(src + o);
+    } else {
+      for (uint64_t o = lane; o < l.run_bytes; o += 32) dst[o] = src[o];
+    }
+  }
+}
+
+bool vec_ok(const CopyLayout& l, const void* k, const void* v) {
+  auto a = [](uint64_t x) { return x % 16 == 0; };
+  return a(l.run_bytes) && a(l.block_stride) && a(l.token_stride) && a(l.head_stride) && a(l.v_offset) &&
+         a(reinterpret_cast<uintptr_t>(k)) && a(reinterpret_cast<uintptr_t>(v));
+}
+
+template <bool kToBlocks>
+void launch(cudaStream_t s, const CopyLayout& l, char* k, char* v, const ChunkCopy* chunks, size_t n,
+            const int32_t* ids) {
+  const unsigned threads = 256, warps = threads / 32;
+  const uint64_t runs = 2 * (l.kv_bytes / l.run_bytes);
+  const unsigned x = static_cast<unsigned>(std::min<uint64_t>((runs + warps - 1) / warps, 64));
+  const dim3 grid(x, static_cast<unsigned>(n));
+  if (vec_ok(l, k, v))
+    copy_layer<kToBlocks, true><<<grid, threads, 0, s>>>(l, k, v, chunks, ids);
+  else
+    copy_layer<kToBlocks, false><<<grid, threads, 0, s>>>(l, k, v, chunks, ids);
+  check(cudaGetLastError(), "copy kernel launch");
+}
+
+}  // namespace
+
+std::string unavailable_reason() {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) return std::string("no usable CUDA driver or device: ") + cudaGetErrorString(e);
+  if (n == 0) return "no CUDA device";
+  return "";
+}
+
+int device_count() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+Device::Device(int ordinal) : ordinal_(ordinal) {
+  std::string why = unavailable_reason();
+  if (!why.empty()) fail(TUTTI_EUNSUPPORTED, why);
+  TUTTI_EXPECT(ordinal >= 0 && ordinal < device_count(), "CUDA device " + std::to_string(ordinal) + " does not exist");
+  Guard g(ordinal_);
+  cudaStream_t s;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  stream_ = s;
+}
+
+Device::~Device() {
+  cudaSetDevice(ordinal_);
+  cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+
+bool Device::owns(const void* p) const {
+  cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) && a.device == ordinal_;
+}
+
+uint64_t Device::pin(void* p, size_t bytes) {
+  Guard g(ordinal_);
+  check(cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable), "cudaHostRegister");
+  void* d = nullptr;
+  check(cudaHostGetDevicePointer(&d, p, 0), "cudaHostGetDevicePointer");
+  return reinterpret_cast<uint64_t>(d);
+}
+
+void Device::unpin(void* p) {
+  cudaSetDevice(ordinal_);
+  cudaHostUnregister(p);
+}
+
+int32_t* Device::upload(const int32_t* ids, size_t n) {
+  Guard g(ordinal_);
+  void* d = nullptr;
+  auto s = static_cast<cudaStream_t>(stream_);
+  check(cudaMallocAsync(&d, std::max<size_t>(n, 1) * sizeof(int32_t), s), "cudaMallocAsync");
+  check(cudaMemcpyAsync(d, ids, n * sizeof(int32_t), cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
+  return static_cast<int32_t*>(d);
+}
+
+void Device::release(int32_t* ids) {
+  cudaSetDevice(ordinal_);
+  cudaFreeAsync(ids, static_cast<cudaStream_t>(stream_));
+}
+
+void Device::scatter(const CopyLayout& l, void* k, void* v, const ChunkCopy* chunks, size_t n, const int32_t* ids,
+                     void (*done)(void*), void* arg) {
+  Guard g(ordinal_);
+  auto s = static_cast<cudaStream_t>(stream_);
+  if (n) {
+    void* d = nullptr;
+    check(cudaMallocAsync(&d, n * sizeof(ChunkCopy), s), "cudaMallocAsync");
+    check(cudaMemcpyAsync(d, chunks, n * sizeof(ChunkCopy), cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
+    launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), static_cast<ChunkCopy*>(d), n, ids);
+    check(cudaFreeAsync(d, s), "cudaFreeAsync");
+  }
+  check(cudaLaunchHostFunc(s, done, arg), "cudaLaunchHostFunc");
+}
+
+void Device::gather(const CopyLayout& l, const void* k, const void* v, const ChunkCopy* chunks, size_t n,
+                    const int32_t* ids) {
+  if (!n) return;
+  Guard g(ordinal_);
+  // Its own stream: a gather must not wait behind scatters queued for other batches.
+  cudaStream_t s;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  void* d = nullptr;
+  cudaError_t e = cudaMallocAsync(&d, n * sizeof(ChunkCopy), s);
+  if (e == cudaSuccess) e = cudaMemcpyAsync(d, chunks, n * sizeof(ChunkCopy), cudaMemcpyHostToDevice, s);
+  if (e == cudaSuccess) {
+    try {
+      launch<false>(s, l, const_cast<char*>(static_cast<const char*>(k)), const_cast<char*>(static_cast<const char*>(v)),
+                    static_cast<ChunkCopy*>(d), n, ids);
+    } catch (...) {
+      cudaStreamDestroy(s);
+      throw;
+    }
+    e = cudaFreeAsync(d, s);
+  }
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+  check(e, "gather");
+}
+
+void* alloc(int ordinal, size_t bytes) {
+  Guard g(ordinal);
+  void* p = nullptr;
+  check(cudaMalloc(&p, bytes), "cudaMalloc");
+  return p;
+}
+void free(void* p) { cudaFree(p); }
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+}
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+}
+void fill_zero(void* dst, size_t bytes) { check(cudaMemset(dst, 0, bytes), "cudaMemset"); }
+
+}  // namespace tutti::gpu

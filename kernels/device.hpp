@@ -1,0 +1,70 @@
+// The CUDA side of tutti, behind a CUDA-free interface: lib/ calls this, and a build without
+// CUDA links device_stub.cpp instead of device.cu, whose calls fail with a clear reason.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace tutti::gpu {
+
+// "" when a CUDA device is usable here, else why not (no CUDA in this build, no driver...).
+std::string unavailable_reason();
+int device_count();
+
+// What the copy kernels need of a KV layout (see binding/kv_binding.hpp).
+struct CopyLayout {
+  uint64_t block_stride = 0, token_stride = 0, head_stride = 0;
+  uint64_t run_bytes = 0;  // contiguous run: a block, a token's heads, or a row
+  uint64_t kv_bytes = 0, v_offset = 0;
+  uint32_t block_tokens = 0, heads = 0;
+  uint32_t run_kind = 0;   // 0 block, 1 token, 2 row
+  uint32_t blocks_per_chunk = 0;
+};
+
+// One chunk of a layer: its object bytes in (mapped, pinned) staging and its block ids.
+struct ChunkCopy {
+  uint64_t staging;     // device-visible address of the chunk-layer extent
+  uint32_t first_block; // index into the batch's device block-id array
+  uint32_t pad = 0;
+};
+
+// A CUDA device as one runtime uses it: an internal stream and pinned staging.
+class Device {
+ public:
+  explicit Device(int ordinal);  // throws Error(EUNSUPPORTED) with the reason
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  int ordinal() const { return ordinal_; }
+  // True if p is device memory of this device (or managed memory it can reach).
+  bool owns(const void* p) const;
+  // Pins host memory and maps it for the device; returns the device-visible address.
+  uint64_t pin(void* p, size_t bytes);
+  void unpin(void* p);
+
+  // Block ids in device memory for one batch.
+  int32_t* upload(const int32_t* ids, size_t n);
+  void release(int32_t* ids);
+
+  // Staging -> blocks for `n` chunks of one layer, then done(arg) on a CUDA thread. One launch.
+  void scatter(const CopyLayout& l, void* k, void* v, const ChunkCopy* chunks, size_t n, const int32_t* ids,
+               void (*done)(void*), void* arg);
+  // Blocks -> staging for `n` chunks of one layer; returns once the bytes are in staging.
+  void gather(const CopyLayout& l, const void* k, const void* v, const ChunkCopy* chunks, size_t n,
+              const int32_t* ids);
+
+ private:
+  int ordinal_;
+  void* stream_ = nullptr;
+};
+
+// Helpers for tests and the bench (device memory they own).
+void* alloc(int ordinal, size_t bytes);
+void free(void* p);
+void copy_to_device(void* dst, const void* src, size_t bytes);
+void copy_to_host(void* dst, const void* src, size_t bytes);
+void fill_zero(void* dst, size_t bytes);
+
+}  // namespace tutti::gpu

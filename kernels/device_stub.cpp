@@ -1,0 +1,27 @@
+// A build without CUDA: every device call fails with the reason; nothing else changes.
+#include "common/error.hpp"
+#include "kernels/device.hpp"
+
+namespace tutti::gpu {
+namespace {
+[[noreturn]] void no_cuda() { fail(TUTTI_EUNSUPPORTED, "this build of tutti has no CUDA (configure with TUTTI_ENABLE_CUDA)"); }
+}  // namespace
+
+std::string unavailable_reason() { return "this build of tutti has no CUDA"; }
+int device_count() { return 0; }
+Device::Device(int ordinal) : ordinal_(ordinal) { no_cuda(); }
+Device::~Device() = default;
+bool Device::owns(const void*) const { return false; }
+uint64_t Device::pin(void*, size_t) { no_cuda(); }
+void Device::unpin(void*) {}
+int32_t* Device::upload(const int32_t*, size_t) { no_cuda(); }
+void Device::release(int32_t*) {}
+void Device::scatter(const CopyLayout&, void*, void*, const ChunkCopy*, size_t, const int32_t*, void (*)(void*), void*) { no_cuda(); }
+void Device::gather(const CopyLayout&, const void*, const void*, const ChunkCopy*, size_t, const int32_t*) { no_cuda(); }
+void* alloc(int, size_t) { no_cuda(); }
+void free(void*) {}
+void copy_to_device(void*, const void*, size_t) { no_cuda(); }
+void copy_to_host(void*, const void*, size_t) { no_cuda(); }
+void fill_zero(void*, size_t) { no_cuda(); }
+
+}  // namespace tutti::gpu

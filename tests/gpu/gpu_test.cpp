@@ -1,0 +1,184 @@
+// KV caches in CUDA device memory: store from HBM, load back into HBM, compare every byte.
+// Skips visibly (exit 77) where there is no CUDA device; runs for real on the GPU machine.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/device.hpp"
+#include "tutti.h"
+
+namespace {
+
+struct Dir {
+  Dir() {
+    char t[] = "/tmp/tutti-gpu-XXXXXX";
+    path = mkdtemp(t);
+  }
+  ~Dir() { std::system(("rm -rf " + path).c_str()); }
+  std::string path;
+};
+
+// A KV cache of `layers` fused [2, blocks, bt, heads, dim] tensors in HBM, with a host copy of
+// what was written into it.
+struct DeviceKv {
+  DeviceKv(uint32_t layers, uint32_t blocks, uint32_t bt, uint32_t heads, uint32_t dim, int hnd, uint32_t seed) {
+    tutti_kv_layout_init(&layout, layers, blocks, bt, heads, dim, 2, hnd);
+    layer_bytes = 2 * uint64_t{blocks} * layout.block_stride;
+    mem = static_cast<std::byte*>(tutti::gpu::alloc(0, layer_bytes * layers));
+    for (uint32_t l = 0; l < layers; ++l) bases.push_back(mem + l * layer_bytes);
+    layout.k_base = bases.data();
+    layout.v_offset = uint64_t{blocks} * layout.block_stride;
+    layout.memory = TUTTI_MEMORY_CUDA;
+    layout.device = 0;
+    ref.resize(layer_bytes * layers);
+    std::mt19937_64 rng(seed);
+    for (auto& b : ref) b = static_cast<std::byte>(rng());
+    tutti::gpu::copy_to_device(mem, ref.data(), ref.size());
+  }
+  ~DeviceKv() { tutti::gpu::free(mem); }
+  void zero() { tutti::gpu::fill_zero(mem, ref.size()); }
+  // Bytes of block `b` (K and V, every layer) in HBM equal the reference?
+  bool block_matches(int32_t b) const {
+    std::vector<std::byte> got(layout.block_stride);
+    for (uint32_t l = 0; l < layout.num_layers; ++l)
+      for (int side = 0; side < 2; ++side) {
+        uint64_t off = l * layer_bytes + side * layout.v_offset + uint64_t(b) * layout.block_stride;
+        tutti::gpu::copy_to_host(got.data(), mem + off, got.size());
+        if (std::memcmp(got.data(), ref.data() + off, got.size()) != 0) return false;
+      }
+    return true;
+  }
+  tutti_kv_layout layout;
+  uint64_t layer_bytes = 0;
+  std::byte* mem = nullptr;
+  std::vector<void*> bases;
+  std::vector<std::byte> ref;
+};
+
+tutti_runtime* open_runtime(const std::string& pool, const char* backend, const tutti_kv_layout& l, bool verify = false,
+                            const char* io_mode = "object", int* rc_out = nullptr) {
+  tutti_options* o = nullptr;
+  tutti_options_create(&o);
+  tutti_options_set(o, "pool", pool.c_str());
+  tutti_options_set(o, "capacity", "256M");
+  tutti_options_set(o, "chunk_tokens", "64");
+  tutti_options_set(o, "backend", backend);
+  tutti_options_set(o, "io_mode", io_mode);
+  tutti_options_set(o, "verify", verify ? "1" : "0");
+  tutti_runtime* rt = nullptr;
+  int rc = tutti_runtime_open(o, &rt);
+  tutti_options_destroy(o);
+  if (rc == 0) rc = tutti_runtime_register_kv(rt, &l);
+  if (rc_out) *rc_out = rc;
+  if (rc != 0) {
+    if (!rc_out) ADD_FAILURE() << "open/register: " << tutti_strerror(rc) << ": " << tutti_last_error();
+    tutti_runtime_close(rt);
+    return nullptr;
+  }
+  return rt;
+}
+
+// Runs one batch over `reqs`, waiting layer by layer; returns the batch's status.
+int run(tutti_runtime* rt, tutti_op op, std::vector<tutti_request>& reqs, uint32_t layers) {
+  tutti_batch* b = nullptr;
+  int rc = tutti_batch_create(rt, op, &b);
+  if (!rc) rc = tutti_batch_add(b, reqs.data(), reqs.size());
+  if (!rc) rc = tutti_batch_submit(b);
+  for (uint32_t l = 0; l < layers && !rc; ++l) rc = tutti_batch_wait_layer(b, l);
+  if (!rc) rc = tutti_batch_wait(b);
+  tutti_batch_destroy(b);
+  return rc;
+}
+
+struct Case {
+  const char* backend;
+  int hnd;
+  bool verify;
+};
+
+class GpuRoundTrip : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GpuRoundTrip, StoreFromHbmLoadIntoHbm) {
+  const Case c = GetParam();
+  Dir dir;
+  const uint32_t layers = 4, blocks = 96, bt = 16;
+  DeviceKv kv(layers, blocks, bt, 8, 128, c.hnd, 7);
+  tutti_runtime* rt = open_runtime(dir.path + "/pool", c.backend, kv.layout, c.verify);
+  ASSERT_NE(rt, nullptr);
+
+  // Three prompts of 256, 512 and 640 tokens over a shuffled block table.
+  std::vector<int32_t> table(blocks);
+  for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>(i);
+  std::shuffle(table.begin(), table.end(), std::mt19937(3));
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<tutti_request> reqs;
+  size_t used = 0;
+  for (size_t n : {256, 512, 640}) {
+    std::vector<int32_t> t(n);
+    for (size_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>(n * 1000 + i);
+    prompts.push_back(t);
+    tutti_request r{};
+    r.num_tokens = n;
+    r.block_table = table.data() + used;
+    r.num_block_ids = n / bt;
+    reqs.push_back(r);
+    used += n / bt;
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) reqs[i].tokens = prompts[i].data();
+
+  ASSERT_EQ(run(rt, TUTTI_OP_STORE, reqs, layers), 0) << tutti_last_error();
+  for (auto& p : prompts) {
+    size_t hit = 0;
+    ASSERT_EQ(tutti_lookup(rt, p.data(), p.size(), nullptr, 0, &hit), 0);
+    EXPECT_EQ(hit, p.size());
+  }
+  kv.zero();
+  ASSERT_EQ(run(rt, TUTTI_OP_LOAD, reqs, layers), 0) << tutti_last_error();
+  for (size_t i = 0; i < used; ++i) EXPECT_TRUE(kv.block_matches(table[i])) << "block " << table[i];
+  tutti_runtime_close(rt);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, GpuRoundTrip,
+                         ::testing::Values(Case{"uring", 0, false}, Case{"posix", 0, false}, Case{"uring", 1, false},
+                                           Case{"uring", 0, true}));
+
+TEST(Gpu, HostPointersAreNotCudaMemory) {
+  Dir dir;
+  std::vector<std::byte> host(1 << 20);
+  void* bases[1] = {host.data()};
+  tutti_kv_layout l;
+  tutti_kv_layout_init(&l, 1, 8, 16, 2, 64, 2, 0);
+  l.k_base = bases;
+  l.v_offset = 8 * l.block_stride;
+  l.memory = TUTTI_MEMORY_CUDA;
+  int rc = 0;
+  EXPECT_EQ(open_runtime(dir.path + "/pool", "uring", l, false, "object", &rc), nullptr);
+  EXPECT_EQ(rc, TUTTI_EINVAL);
+  EXPECT_NE(std::string(tutti_last_error()).find("not memory of CUDA device"), std::string::npos);
+}
+
+TEST(Gpu, PerBlockBaselineIsHostOnly) {
+  Dir dir;
+  DeviceKv kv(2, 8, 16, 2, 64, 0, 1);
+  int rc = 0;
+  EXPECT_EQ(open_runtime(dir.path + "/pool", "uring", kv.layout, false, "per-block-baseline", &rc), nullptr);
+  EXPECT_EQ(rc, TUTTI_EUNSUPPORTED);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string why = tutti::gpu::unavailable_reason();
+  if (!why.empty()) {
+    std::printf("SKIPPED: GPU tests need a CUDA device: %s\n", why.c_str());
+    return 77;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
