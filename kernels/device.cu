@@ -2,6 +2,7 @@
 // staging and the engine's paged blocks, one launch per layer for a whole batch.
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,15 @@ __global__ void copy_layer(CopyLayout l, char* k, char* v, const ChunkCopy* chun
   }
 }
 
+// One warp waits until the current load batch's layer has landed (system-scope reads of pinned
+// host memory written by the CPU).
+__global__ void wait_layer(const volatile uint64_t* control, uint32_t layer) {
+  if (threadIdx.x != 0) return;
+  const uint64_t epoch = control[0];
+  while (control[1 + layer] < epoch) __nanosleep(2000);
+  __threadfence_system();
+}
+
 bool vec_ok(const CopyLayout& l, const void* k, const void* v) {
   auto a = [](uint64_t x) { return x % 16 == 0; };
   return a(l.run_bytes) && a(l.block_stride) && a(l.token_stride) && a(l.head_stride) && a(l.v_offset) &&
@@ -101,8 +111,36 @@ Device::Device(int ordinal) : ordinal_(ordinal) {
 
 Device::~Device() {
   cudaSetDevice(ordinal_);
+  if (control_) cudaFreeHost(control_);
   cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
   cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+
+void Device::set_layers(uint32_t layers) {
+  Guard g(ordinal_);
+  void* p = nullptr;
+  check(cudaHostAlloc(&p, (1 + layers) * sizeof(uint64_t), cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc");
+  control_ = static_cast<uint64_t*>(p);
+  std::memset(control_, 0, (1 + layers) * sizeof(uint64_t));
+  void* d = nullptr;
+  check(cudaHostGetDevicePointer(&d, p, 0), "cudaHostGetDevicePointer");
+  control_dev_ = static_cast<uint64_t*>(d);
+}
+
+void Device::begin_epoch(uint64_t epoch) { __atomic_store_n(&control_[0], epoch, __ATOMIC_RELEASE); }
+
+void Device::mark_ready(uint32_t layer, uint64_t epoch) {
+  // Never backwards: an older batch finishing late must not hide a newer one's layer.
+  uint64_t seen = __atomic_load_n(&control_[1 + layer], __ATOMIC_RELAXED);
+  while (seen < epoch &&
+         !__atomic_compare_exchange_n(&control_[1 + layer], &seen, epoch, false, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+  }
+}
+
+void Device::enqueue_wait(void* stream, uint32_t layer) {
+  Guard g(ordinal_);
+  wait_layer<<<1, 32, 0, static_cast<cudaStream_t>(stream)>>>(control_dev_, layer);
+  check(cudaGetLastError(), "wait kernel launch");
 }
 
 bool Device::owns(const void* p) const {
@@ -193,6 +231,9 @@ void copy_to_device(void* dst, const void* src, size_t bytes) {
 void copy_to_host(void* dst, const void* src, size_t bytes) {
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
 }
-void fill_zero(void* dst, size_t bytes) { check(cudaMemset(dst, 0, bytes), "cudaMemset"); }
+void fill_zero(void* dst, size_t bytes) {
+  check(cudaMemset(dst, 0, bytes), "cudaMemset");
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // done before tutti's streams touch it
+}
 
 }  // namespace tutti::gpu

@@ -44,6 +44,15 @@ class Device {
   uint64_t pin(void* p, size_t bytes);
   void unpin(void* p);
 
+  // Stream-ordered layer waits. A control block in pinned, mapped host memory holds the epoch
+  // of the current load batch and, per layer, the epoch whose bytes have landed; a one-warp
+  // kernel on the engine's stream spins until ready[layer] reaches the current epoch. The
+  // kernel's arguments never change, so a captured CUDA graph keeps working across batches.
+  void set_layers(uint32_t layers);
+  void begin_epoch(uint64_t epoch);              // a load batch is submitted
+  void mark_ready(uint32_t layer, uint64_t epoch);  // plain stores: callable in host callbacks
+  void enqueue_wait(void* stream, uint32_t layer);
+
   // Block ids in device memory for one batch.
   int32_t* upload(const int32_t* ids, size_t n);
   void release(int32_t* ids);
@@ -58,6 +67,8 @@ class Device {
  private:
   int ordinal_;
   void* stream_ = nullptr;
+  uint64_t* control_ = nullptr;  // [0] current epoch, [1 + l] epoch landed in layer l
+  uint64_t* control_dev_ = nullptr;
 };
 
 // Helpers for tests and the bench (device memory they own).

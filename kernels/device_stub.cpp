@@ -14,6 +14,10 @@ Device::~Device() = default;
 bool Device::owns(const void*) const { return false; }
 uint64_t Device::pin(void*, size_t) { no_cuda(); }
 void Device::unpin(void*) {}
+void Device::set_layers(uint32_t) { no_cuda(); }
+void Device::begin_epoch(uint64_t) {}
+void Device::mark_ready(uint32_t, uint64_t) {}
+void Device::enqueue_wait(void*, uint32_t) { no_cuda(); }
 int32_t* Device::upload(const int32_t*, size_t) { no_cuda(); }
 void Device::release(int32_t*) {}
 void Device::scatter(const CopyLayout&, void*, void*, const ChunkCopy*, size_t, const int32_t*, void (*)(void*), void*) { no_cuda(); }

@@ -189,6 +189,13 @@ int tutti_batch_wait_layer(tutti_batch* b, uint32_t layer) {
   });
 }
 
+int tutti_batch_wait_layer_async(tutti_batch* b, uint32_t layer, void* cuda_stream) {
+  return guard([&] {
+    need(b, "batch");
+    b->impl->wait_layer_async(layer, cuda_stream);
+  });
+}
+
 int tutti_batch_wait(tutti_batch* b) {
   return guard([&] {
     need(b, "batch");

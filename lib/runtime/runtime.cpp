@@ -32,6 +32,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
     TUTTI_EXPECT_CODE(cfg_.io_mode == IoMode::kObject, TUTTI_EUNSUPPORTED,
                       "io_mode=per-block-baseline works on host memory only");
     device = std::make_unique<gpu::Device>(binding->device());
+    device->set_layers(shape.layers);
     for (uint32_t l = 0; l < shape.layers; ++l)
       TUTTI_EXPECT(device->owns(binding->k(l)) && device->owns(binding->v(l)),
                    "layer " + std::to_string(l) + ": K/V are not memory of CUDA device " +

@@ -54,6 +54,7 @@ class Runtime {
   gpu::Device* device() { return device_.get(); }  // the KV cache is in CUDA memory
   Key root(const void* salt, size_t salt_len) const { return root_key(cfg_.ns, salt, salt_len); }
   uint64_t torn_records() const { return torn_records_; }
+  uint64_t next_load_epoch() { return ++load_epoch_; }
 
  private:
   Config cfg_;
@@ -68,6 +69,7 @@ class Runtime {
   std::unique_ptr<Scheduler> scheduler_;  // last: stopped first
   bool direct_ = false;
   uint64_t torn_records_ = 0;
+  std::atomic<uint64_t> load_epoch_{0};  // numbers load batches for stream-ordered waits
   Counters counters_;
 };
 

@@ -210,11 +210,18 @@ void Batch::submit() {
     }
     device_ids_ = dev->upload(ids.data(), ids.size());
   }
+  if (is_load() && rt_->device()) {
+    epoch_ = rt_->next_load_epoch();
+    rt_->device()->begin_epoch(epoch_);
+  }
   pending_ = std::make_unique<std::atomic<uint32_t>[]>(layers_);
   layer_done_.assign(layers_, 0);
   state_ = State::kRunning;
   if (items_.empty()) {
-    for (uint32_t l = 0; l < layers_; ++l) layer_done_[l] = 1;
+    for (uint32_t l = 0; l < layers_; ++l) {
+      layer_done_[l] = 1;
+      if (epoch_) rt_->device()->mark_ready(l, epoch_);
+    }
     done_prefix_ = layers_;
     finish();
     return;
@@ -388,6 +395,7 @@ void Batch::layer_done(uint32_t layer) {
       }
     }
   }
+  if (epoch_) rt_->device()->mark_ready(layer, epoch_);  // stream waits may go on
   {
     std::lock_guard lock(mu_);
     layer_done_[layer] = 1;
@@ -462,6 +470,14 @@ void Batch::wait_layer(uint32_t layer) {
   c.layer_waits++;
   c.layer_wait_ns += ns;
   c.per_layer_wait_ns[layer] += ns;
+}
+
+void Batch::wait_layer_async(uint32_t layer, void* stream) {
+  TUTTI_EXPECT(layer < layers_, "layer " + std::to_string(layer) + " is out of range (the KV cache has " +
+                                    std::to_string(layers_) + " layers)");
+  TUTTI_EXPECT(is_load() && rt_->device(), "stream-ordered waits are for loads into CUDA memory");
+  TUTTI_EXPECT_CODE(state_ != State::kBuilding, TUTTI_ESTATE, "wait_layer_async before submit");
+  rt_->device()->enqueue_wait(stream, layer);
 }
 
 void Batch::settle() {

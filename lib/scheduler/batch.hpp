@@ -43,6 +43,7 @@ class Batch {
   void add(const tutti_request* reqs, size_t n);
   void submit();
   void wait_layer(uint32_t layer);
+  void wait_layer_async(uint32_t layer, void* stream);
   int wait();
   tutti_result result(size_t request);
   size_t chunk_status(size_t request, int* out, size_t cap);
@@ -100,6 +101,7 @@ class Batch {
   bool settled_ = false;
   std::vector<std::vector<LayerOp>> ops_;  // per layer, filled when it is issued
   int32_t* device_ids_ = nullptr;          // CUDA memory: the items' block ids on the device
+  uint64_t epoch_ = 0;                     // CUDA memory: this load batch's number
   bool direct_ = false;
   std::unique_ptr<std::atomic<uint32_t>[]> pending_;  // ops outstanding per layer
   std::atomic<uint64_t> outstanding_{0};               // unissued layers + ops in flight

@@ -1,5 +1,6 @@
 // KV caches in CUDA device memory: store from HBM, load back into HBM, compare every byte.
 // Skips visibly (exit 77) where there is no CUDA device; runs for real on the GPU machine.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -147,6 +148,79 @@ TEST_P(GpuRoundTrip, StoreFromHbmLoadIntoHbm) {
 INSTANTIATE_TEST_SUITE_P(Layouts, GpuRoundTrip,
                          ::testing::Values(Case{"uring", 0, false}, Case{"posix", 0, false}, Case{"uring", 1, false},
                                            Case{"uring", 0, true}));
+
+// A CUDA graph that waits on every layer and then copies the layer out, captured once and
+// replayed against fresh loads of two different prompts: each replay must see its own bytes,
+// never the zeros the blocks held before the load.
+TEST(Gpu, GraphReplayWaitsForEachLoad) {
+  Dir dir;
+  const uint32_t layers = 3, blocks = 32, bt = 16;
+  DeviceKv kv(layers, blocks, bt, 8, 128, 0, 11);
+  tutti_runtime* rt = open_runtime(dir.path + "/pool", "uring", kv.layout);
+  ASSERT_NE(rt, nullptr);
+  std::vector<int32_t> table(blocks);
+  for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>(blocks - 1 - i);
+  const size_t n = 512;
+  std::vector<std::vector<int32_t>> prompts(2, std::vector<int32_t>(n));
+  std::vector<std::vector<std::byte>> refs;
+  for (int p = 0; p < 2; ++p) {
+    for (size_t i = 0; i < n; ++i) prompts[p][i] = static_cast<int32_t>(p * 100000 + i);
+    std::mt19937_64 rng(100 + p);  // prompt p's own KV bytes
+    for (auto& b : kv.ref) b = static_cast<std::byte>(rng());
+    tutti::gpu::copy_to_device(kv.mem, kv.ref.data(), kv.ref.size());
+    refs.push_back(kv.ref);
+    std::vector<tutti_request> r(1);
+    r[0] = tutti_request{};
+    r[0].tokens = prompts[p].data(), r[0].num_tokens = n, r[0].block_table = table.data(), r[0].num_block_ids = n / bt;
+    ASSERT_EQ(run(rt, TUTTI_OP_STORE, r, layers), 0) << tutti_last_error();
+  }
+  void* snap = tutti::gpu::alloc(0, kv.ref.size());
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  for (int round = 0; round < 4; ++round) {
+    const int p = round % 2;
+    kv.zero();
+    tutti::gpu::fill_zero(snap, kv.ref.size());
+    tutti_request r{};
+    r.tokens = prompts[p].data(), r.num_tokens = n, r.block_table = table.data(), r.num_block_ids = n / bt;
+    tutti_batch* b = nullptr;
+    ASSERT_EQ(tutti_batch_create(rt, TUTTI_OP_LOAD, &b), 0);
+    ASSERT_EQ(tutti_batch_add(b, &r, 1), 0);
+    ASSERT_EQ(tutti_batch_submit(b), 0);
+    if (!exec) {  // capture once, with the first batch
+      cudaGraph_t g;
+      ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      for (uint32_t l = 0; l < layers; ++l) {
+        ASSERT_EQ(tutti_batch_wait_layer_async(b, l, s), 0) << tutti_last_error();
+        ASSERT_EQ(cudaMemcpyAsync(static_cast<std::byte*>(snap) + l * kv.layer_bytes, kv.mem + l * kv.layer_bytes,
+                                  kv.layer_bytes, cudaMemcpyDeviceToDevice, s),
+                  cudaSuccess);
+      }
+      ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+      ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+      cudaGraphDestroy(g);
+    }
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    ASSERT_EQ(tutti_batch_wait(b), 0);
+    tutti_batch_destroy(b);
+    // Every block of the prompt, every layer, K and V: the snapshot holds prompt p's bytes.
+    std::vector<std::byte> got(kv.ref.size());
+    tutti::gpu::copy_to_host(got.data(), snap, got.size());
+    for (uint32_t l = 0; l < layers; ++l)
+      for (int side = 0; side < 2; ++side)
+        for (size_t i = 0; i < n / bt; ++i) {
+          uint64_t off = l * kv.layer_bytes + side * kv.layout.v_offset + uint64_t(table[i]) * kv.layout.block_stride;
+          ASSERT_EQ(std::memcmp(got.data() + off, refs[p].data() + off, kv.layout.block_stride), 0)
+              << "round " << round << " layer " << l << " side " << side << " block " << table[i];
+        }
+  }
+  cudaGraphExecDestroy(exec);
+  cudaStreamDestroy(s);
+  tutti::gpu::free(snap);
+  tutti_runtime_close(rt);
+}
 
 TEST(Gpu, HostPointersAreNotCudaMemory) {
   Dir dir;
