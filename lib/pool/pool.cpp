@@ -167,7 +167,8 @@ std::unique_ptr<Pool> Pool::open(const PoolOptions& opts, const Shape& shape) {
         // region reads back as zeros = every slot free.
         int rc = ::posix_fallocate(f.fd.get(), 0, static_cast<off_t>(bytes));
         if (rc != 0) {
-          ::ftruncate(f.fd.get(), 0);
+          if (::ftruncate(f.fd.get(), 0) != 0) {  // best effort: leave a blank file, not a partial one
+          }
           fail_errno(rc, "cannot pre-allocate " + format_bytes(bytes) + " for pool file " + f.path);
         }
       } else {

@@ -21,7 +21,9 @@ struct Dir {
     char t[] = "/tmp/tutti-gpu-XXXXXX";
     path = mkdtemp(t);
   }
-  ~Dir() { std::system(("rm -rf " + path).c_str()); }
+  ~Dir() {
+    if (std::system(("rm -rf " + path).c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", path.c_str());
+  }
   std::string path;
 };
 

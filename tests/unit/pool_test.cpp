@@ -19,7 +19,7 @@ class PoolTest : public ::testing::Test {
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
   }
-  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+  void TearDown() override { EXPECT_EQ(std::system(("rm -rf " + dir_).c_str()), 0); }
   PoolOptions opts(int files = 1) {
     PoolOptions o;
     for (int i = 0; i < files; ++i) o.uris.push_back(PoolUri{dir_ + "/p" + std::to_string(i), 0});
