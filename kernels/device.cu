@@ -107,6 +107,8 @@ Device::Device(int ordinal) : ordinal_(ordinal) {
   cudaStream_t s;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   stream_ = s;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  gather_stream_ = s;
 }
 
 Device::~Device() {
@@ -114,6 +116,7 @@ Device::~Device() {
   if (control_) cudaFreeHost(control_);
   cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
   cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+  cudaStreamDestroy(static_cast<cudaStream_t>(gather_stream_));
 }
 
 void Device::set_layers(uint32_t layers) {
@@ -165,57 +168,38 @@ void Device::unpin(void* p) {
   cudaHostUnregister(p);
 }
 
-int32_t* Device::upload(const int32_t* ids, size_t n) {
+void* Device::host_alloc(size_t bytes, uint64_t* device_address) {
   Guard g(ordinal_);
+  void* p = nullptr;
+  check(cudaHostAlloc(&p, std::max<size_t>(bytes, 16), cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc");
   void* d = nullptr;
-  auto s = static_cast<cudaStream_t>(stream_);
-  check(cudaMallocAsync(&d, std::max<size_t>(n, 1) * sizeof(int32_t), s), "cudaMallocAsync");
-  check(cudaMemcpyAsync(d, ids, n * sizeof(int32_t), cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
-  return static_cast<int32_t*>(d);
+  check(cudaHostGetDevicePointer(&d, p, 0), "cudaHostGetDevicePointer");
+  *device_address = reinterpret_cast<uint64_t>(d);
+  return p;
 }
 
-void Device::release(int32_t* ids) {
+void Device::host_free(void* p) {
   cudaSetDevice(ordinal_);
-  cudaFreeAsync(ids, static_cast<cudaStream_t>(stream_));
+  cudaFreeHost(p);
 }
 
-void Device::scatter(const CopyLayout& l, void* k, void* v, const ChunkCopy* chunks, size_t n, const int32_t* ids,
+void Device::scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
                      void (*done)(void*), void* arg) {
   Guard g(ordinal_);
   auto s = static_cast<cudaStream_t>(stream_);
-  if (n) {
-    void* d = nullptr;
-    check(cudaMallocAsync(&d, n * sizeof(ChunkCopy), s), "cudaMallocAsync");
-    check(cudaMemcpyAsync(d, chunks, n * sizeof(ChunkCopy), cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
-    launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), static_cast<ChunkCopy*>(d), n, ids);
-    check(cudaFreeAsync(d, s), "cudaFreeAsync");
-  }
+  if (n)
+    launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), reinterpret_cast<const ChunkCopy*>(chunks), n,
+                 reinterpret_cast<const int32_t*>(ids));
   check(cudaLaunchHostFunc(s, done, arg), "cudaLaunchHostFunc");
 }
 
-void Device::gather(const CopyLayout& l, const void* k, const void* v, const ChunkCopy* chunks, size_t n,
-                    const int32_t* ids) {
+void Device::gather(const CopyLayout& l, const void* k, const void* v, uint64_t chunks, size_t n, uint64_t ids) {
   if (!n) return;
   Guard g(ordinal_);
-  // Its own stream: a gather must not wait behind scatters queued for other batches.
-  cudaStream_t s;
-  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-  void* d = nullptr;
-  cudaError_t e = cudaMallocAsync(&d, n * sizeof(ChunkCopy), s);
-  if (e == cudaSuccess) e = cudaMemcpyAsync(d, chunks, n * sizeof(ChunkCopy), cudaMemcpyHostToDevice, s);
-  if (e == cudaSuccess) {
-    try {
-      launch<false>(s, l, const_cast<char*>(static_cast<const char*>(k)), const_cast<char*>(static_cast<const char*>(v)),
-                    static_cast<ChunkCopy*>(d), n, ids);
-    } catch (...) {
-      cudaStreamDestroy(s);
-      throw;
-    }
-    e = cudaFreeAsync(d, s);
-  }
-  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-  cudaStreamDestroy(s);
-  check(e, "gather");
+  auto s = static_cast<cudaStream_t>(gather_stream_);
+  launch<false>(s, l, const_cast<char*>(static_cast<const char*>(k)), const_cast<char*>(static_cast<const char*>(v)),
+                reinterpret_cast<const ChunkCopy*>(chunks), n, reinterpret_cast<const int32_t*>(ids));
+  check(cudaStreamSynchronize(s), "gather");
 }
 
 void* alloc(int ordinal, size_t bytes) {

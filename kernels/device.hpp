@@ -53,20 +53,22 @@ class Device {
   void mark_ready(uint32_t layer, uint64_t epoch);  // plain stores: callable in host callbacks
   void enqueue_wait(void* stream, uint32_t layer);
 
-  // Block ids in device memory for one batch.
-  int32_t* upload(const int32_t* ids, size_t n);
-  void release(int32_t* ids);
+  // Pinned host memory the kernels read in place (a batch's descriptors and block ids): no
+  // copies, no stream-ordered allocations, nothing that could meet an engine's graph capture.
+  void* host_alloc(size_t bytes, uint64_t* device_address);
+  void host_free(void* p);
 
   // Staging -> blocks for `n` chunks of one layer, then done(arg) on a CUDA thread. One launch.
-  void scatter(const CopyLayout& l, void* k, void* v, const ChunkCopy* chunks, size_t n, const int32_t* ids,
+  // `chunks` and `ids` are device-visible addresses (host_alloc).
+  void scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
                void (*done)(void*), void* arg);
   // Blocks -> staging for `n` chunks of one layer; returns once the bytes are in staging.
-  void gather(const CopyLayout& l, const void* k, const void* v, const ChunkCopy* chunks, size_t n,
-              const int32_t* ids);
+  void gather(const CopyLayout& l, const void* k, const void* v, uint64_t chunks, size_t n, uint64_t ids);
 
  private:
   int ordinal_;
-  void* stream_ = nullptr;
+  void* stream_ = nullptr;         // scatters (from I/O threads)
+  void* gather_stream_ = nullptr;  // gathers (from the scheduler thread)
   uint64_t* control_ = nullptr;  // [0] current epoch, [1 + l] epoch landed in layer l
   uint64_t* control_dev_ = nullptr;
 };

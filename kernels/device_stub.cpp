@@ -18,10 +18,10 @@ void Device::set_layers(uint32_t) { no_cuda(); }
 void Device::begin_epoch(uint64_t) {}
 void Device::mark_ready(uint32_t, uint64_t) {}
 void Device::enqueue_wait(void*, uint32_t) { no_cuda(); }
-int32_t* Device::upload(const int32_t*, size_t) { no_cuda(); }
-void Device::release(int32_t*) {}
-void Device::scatter(const CopyLayout&, void*, void*, const ChunkCopy*, size_t, const int32_t*, void (*)(void*), void*) { no_cuda(); }
-void Device::gather(const CopyLayout&, const void*, const void*, const ChunkCopy*, size_t, const int32_t*) { no_cuda(); }
+void* Device::host_alloc(size_t, uint64_t*) { no_cuda(); }
+void Device::host_free(void*) {}
+void Device::scatter(const CopyLayout&, void*, void*, uint64_t, size_t, uint64_t, void (*)(void*), void*) { no_cuda(); }
+void Device::gather(const CopyLayout&, const void*, const void*, uint64_t, size_t, uint64_t) { no_cuda(); }
 void* alloc(int, size_t) { no_cuda(); }
 void free(void*) {}
 void copy_to_device(void*, const void*, size_t) { no_cuda(); }

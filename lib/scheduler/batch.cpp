@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/units.hpp"
 #include "pool/format.hpp"
 #include "runtime/runtime.hpp"
 
@@ -115,7 +116,7 @@ Batch::~Batch() {
     cv_.wait(lock, [&] { return state_ == State::kDone; });
   }
   // Here, not in finish(): finish() may run in a CUDA host callback, which must not call CUDA.
-  if (device_ids_) rt_->device()->release(device_ids_);
+  if (pinned_) rt_->device()->host_free(pinned_);
 }
 
 void Batch::add(const tutti_request* reqs, size_t n) {
@@ -202,13 +203,16 @@ void Batch::submit() {
                  "a load into CUDA memory stages a whole layer: " + std::to_string(items_.size()) +
                      " chunks need staging >= " + std::to_string(items_.size() * rt_->staging().buffer_bytes()) +
                      " bytes (option staging / TUTTI_STAGING)");
-    std::vector<int32_t> ids;
-    ids.reserve(items_.size() * bpc);
-    for (Item& it : items_) {
-      it.first_block = static_cast<uint32_t>(ids.size());
-      ids.insert(ids.end(), it.blocks, it.blocks + bpc);
+    const size_t ids_bytes = align_up(items_.size() * bpc * sizeof(int32_t), 16);
+    pinned_ = dev->host_alloc(ids_bytes + size_t{layers_} * items_.size() * sizeof(gpu::ChunkCopy), &pinned_dev_);
+    auto* ids = static_cast<int32_t*>(pinned_);
+    for (size_t i = 0; i < items_.size(); ++i) {
+      items_[i].first_block = static_cast<uint32_t>(i * bpc);
+      std::copy_n(items_[i].blocks, bpc, ids + i * bpc);
     }
-    device_ids_ = dev->upload(ids.data(), ids.size());
+    ids_dev_ = pinned_dev_;
+    copies_ = reinterpret_cast<gpu::ChunkCopy*>(static_cast<std::byte*>(pinned_) + ids_bytes);
+    copies_dev_ = pinned_dev_ + ids_bytes;
   }
   if (is_load() && rt_->device()) {
     epoch_ = rt_->next_load_epoch();
@@ -278,10 +282,12 @@ void Batch::issue_layer(uint32_t layer) {
   std::vector<IoOp*> group;
   group.reserve(64);
   const bool gather = !is_load() && rt_->device();
+  size_t first = 0;  // index in `ops` of the group's first op
   auto flush = [&] {
     if (group.empty()) return;
-    if (gather) gather_on_device(group);  // a store from CUDA memory: blocks -> staging first
+    if (gather) gather_on_device(group, first);  // a store from CUDA memory: blocks -> staging first
     rt_->backend().submit(group);
+    first += group.size();
     group.clear();
   };
   for (LayerOp& op : ops) {
@@ -298,16 +304,17 @@ void Batch::issue_layer(uint32_t layer) {
   release();
 }
 
-void Batch::gather_on_device(std::vector<IoOp*>& group) {
+void Batch::gather_on_device(std::vector<IoOp*>& group, size_t first) {
   const KvBinding& kv = rt_->binding();
-  std::vector<gpu::ChunkCopy> chunks;
-  for (IoOp* p : group) {
-    auto* op = static_cast<LayerOp*>(p);
-    chunks.push_back(gpu::ChunkCopy{rt_->staging().device_address(op->stage), items_[op->item].first_block});
-  }
   const uint32_t layer = static_cast<LayerOp*>(group[0])->layer;
+  const size_t at = size_t{layer} * items_.size() + first;  // this group's descriptors
+  for (size_t i = 0; i < group.size(); ++i) {
+    auto* op = static_cast<LayerOp*>(group[i]);
+    copies_[at + i] = gpu::ChunkCopy{rt_->staging().device_address(op->stage), items_[op->item].first_block};
+  }
   try {
-    rt_->device()->gather(kv.copy_layout(), kv.k(layer), kv.v(layer), chunks.data(), chunks.size(), device_ids_);
+    rt_->device()->gather(kv.copy_layout(), kv.k(layer), kv.v(layer), copies_dev_ + at * sizeof(gpu::ChunkCopy),
+                          group.size(), ids_dev_);
   } catch (const Error& e) {
     for (IoOp* p : group) {
       int expected = 0;
@@ -334,9 +341,11 @@ struct Landed {
 // host callback gives the staging back and completes the layer.
 void Batch::scatter_on_device(uint32_t layer) {
   const KvBinding& kv = rt_->binding();
-  std::vector<gpu::ChunkCopy> chunks;
+  gpu::ChunkCopy* copies = copies_ + size_t{layer} * items_.size();
+  size_t n = 0;
   for (LayerOp& op : ops_[layer])
-    if (!items_[op.item].error.load()) chunks.push_back(gpu::ChunkCopy{rt_->staging().device_address(op.stage), items_[op.item].first_block});
+    if (!items_[op.item].error.load())
+      copies[n++] = gpu::ChunkCopy{rt_->staging().device_address(op.stage), items_[op.item].first_block};
   outstanding_ += 1;  // held until the callback
   auto landed = [](void* arg) {
     auto* l = static_cast<Landed*>(arg);
@@ -349,8 +358,8 @@ void Batch::scatter_on_device(uint32_t layer) {
   };
   auto* arg = new Landed{this, layer};
   try {
-    rt_->device()->scatter(kv.copy_layout(), kv.k(layer), kv.v(layer), chunks.data(), chunks.size(), device_ids_,
-                           landed, arg);
+    rt_->device()->scatter(kv.copy_layout(), kv.k(layer), kv.v(layer),
+                           copies_dev_ + size_t{layer} * items_.size() * sizeof(gpu::ChunkCopy), n, ids_dev_, landed, arg);
   } catch (const Error& e) {
     for (Item& it : items_) {
       int expected = 0;

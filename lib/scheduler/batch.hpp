@@ -14,6 +14,7 @@
 #include "datapath/backend.hpp"
 #include "binding/staging.hpp"
 #include "index/key.hpp"
+#include "kernels/device.hpp"
 #include "tutti.h"
 
 namespace tutti {
@@ -70,7 +71,7 @@ class Batch {
     uint32_t chunk = 0;  // index into Request::keys
     uint64_t slot = 0;
     const int32_t* blocks = nullptr;   // block ids of the chunk
-    uint32_t first_block = 0;          // its ids in device_ids_
+    uint32_t first_block = 0;          // where its ids start in the pinned block-id array
     std::atomic<int> error{0};
     std::vector<uint64_t> sums;        // store: per-layer checksums
   };
@@ -80,7 +81,7 @@ class Batch {
   void layer_io_done(uint32_t layer);
   void layer_done(uint32_t layer);
   void scatter_on_device(uint32_t layer);
-  void gather_on_device(std::vector<IoOp*>& group);
+  void gather_on_device(std::vector<IoOp*>& group, size_t first);
   // Every path that may end the batch ends with release(): the batch is final (and may be
   // freed by its owner) only once no thread is inside any of its callbacks.
   void release(uint64_t n = 1);
@@ -100,7 +101,13 @@ class Batch {
   void settle();
   bool settled_ = false;
   std::vector<std::vector<LayerOp>> ops_;  // per layer, filled when it is issued
-  int32_t* device_ids_ = nullptr;          // CUDA memory: the items' block ids on the device
+  // CUDA memory: pinned memory the copy kernels read: the items' block ids, then one
+  // descriptor per item and layer (layer L's at [L * items]).
+  void* pinned_ = nullptr;
+  uint64_t pinned_dev_ = 0;
+  uint64_t ids_dev_ = 0;
+  gpu::ChunkCopy* copies_ = nullptr;
+  uint64_t copies_dev_ = 0;
   uint64_t epoch_ = 0;                     // CUDA memory: this load batch's number
   bool direct_ = false;
   std::unique_ptr<std::atomic<uint32_t>[]> pending_;  // ops outstanding per layer
