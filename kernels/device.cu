@@ -114,6 +114,7 @@ Device::Device(int ordinal) : ordinal_(ordinal) {
 Device::~Device() {
   cudaSetDevice(ordinal_);
   if (control_) cudaFreeHost(control_);
+  for (Pinned& b : pinned_) cudaFreeHost(b.host);
   cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
   cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
   cudaStreamDestroy(static_cast<cudaStream_t>(gather_stream_));
@@ -169,18 +170,32 @@ void Device::unpin(void* p) {
 }
 
 void* Device::host_alloc(size_t bytes, uint64_t* device_address) {
+  {
+    std::lock_guard lock(pinned_mu_);
+    for (Pinned& b : pinned_)
+      if (b.free && b.bytes >= bytes) {
+        b.free = false;
+        *device_address = b.device;
+        return b.host;
+      }
+  }
   Guard g(ordinal_);
+  size_t rounded = 4096;
+  while (rounded < bytes) rounded *= 2;
   void* p = nullptr;
-  check(cudaHostAlloc(&p, std::max<size_t>(bytes, 16), cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc");
+  check(cudaHostAlloc(&p, rounded, cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc");
   void* d = nullptr;
   check(cudaHostGetDevicePointer(&d, p, 0), "cudaHostGetDevicePointer");
   *device_address = reinterpret_cast<uint64_t>(d);
+  std::lock_guard lock(pinned_mu_);
+  pinned_.push_back(Pinned{p, *device_address, rounded, false});
   return p;
 }
 
 void Device::host_free(void* p) {
-  cudaSetDevice(ordinal_);
-  cudaFreeHost(p);
+  std::lock_guard lock(pinned_mu_);
+  for (Pinned& b : pinned_)
+    if (b.host == p) b.free = true;
 }
 
 void Device::scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,

@@ -4,7 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <vector>
 
 namespace tutti::gpu {
 
@@ -55,6 +57,8 @@ class Device {
 
   // Pinned host memory the kernels read in place (a batch's descriptors and block ids): no
   // copies, no stream-ordered allocations, nothing that could meet an engine's graph capture.
+  // Freed blocks are kept for reuse, so host_free makes no CUDA call (cudaFreeHost could wait
+  // for an engine's kernels) and steady state allocates nothing.
   void* host_alloc(size_t bytes, uint64_t* device_address);
   void host_free(void* p);
 
@@ -69,6 +73,14 @@ class Device {
   int ordinal_;
   void* stream_ = nullptr;         // scatters (from I/O threads)
   void* gather_stream_ = nullptr;  // gathers (from the scheduler thread)
+  struct Pinned {
+    void* host;
+    uint64_t device;
+    size_t bytes;
+    bool free;
+  };
+  std::mutex pinned_mu_;
+  std::vector<Pinned> pinned_;
   uint64_t* control_ = nullptr;  // [0] current epoch, [1 + l] epoch landed in layer l
   uint64_t* control_dev_ = nullptr;
 };
