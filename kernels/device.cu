@@ -20,15 +20,6 @@ struct Guard {  // the calling thread works on the runtime's device
   explicit Guard(int ordinal) { check(cudaSetDevice(ordinal), "cudaSetDevice"); }
 };
 
-// Address of run u of one side (K or V) of a chunk, as binding/kv_binding.hpp's for_each_run.
-__device__ __forceinline__ char* run_address(const CopyLayout& l, char* base, const int32_t* blocks, uint64_t u) {
-  if (l.run_kind == 0) return base + uint64_t(blocks[u]) * l.block_stride;
-  const uint64_t t = l.run_kind == 1 ? u : u / l.heads;
-  const uint64_t h = l.run_kind == 1 ? 0 : u % l.heads;
-  return base + uint64_t(blocks[t / l.block_tokens]) * l.block_stride + (t % l.block_tokens) * l.token_stride +
-         h * l.head_stride;
-}
-
 // Grid: y = chunk, x * warps = runs of both sides. Each warp moves one run at a time, its lanes
 // striding 16 bytes (or 1 byte where the layout is not 16-byte aligned).
 template <bool kToBlocks, bool kVec>
@@ -42,7 +33,7 @@ __global__ void copy_layer(CopyLayout l, char* k, char* v, const ChunkCopy* chun
   for (uint64_t r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < 2 * runs; r += warps) {
     const bool is_v = r >= runs;
     const uint64_t u = is_v ? r - runs : r;
-    char* mem = run_address(l, is_v ? v : k, blocks, u);
+    char* mem = (is_v ? v : k) + run_offset(l, blocks, u);
     char* obj = stage + (is_v ? l.v_offset : 0) + u * l.run_bytes;
     char* dst = kToBlocks ? mem : obj;
     const char* src = kToBlocks ? obj : mem;

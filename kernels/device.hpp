@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+
+#include "kernels/copy_layout.hpp"
 #include <vector>
 
 namespace tutti::gpu {
@@ -13,16 +15,6 @@ namespace tutti::gpu {
 // "" when a CUDA device is usable here, else why not (no CUDA in this build, no driver...).
 std::string unavailable_reason();
 int device_count();
-
-// What the copy kernels need of a KV layout (see binding/kv_binding.hpp).
-struct CopyLayout {
-  uint64_t block_stride = 0, token_stride = 0, head_stride = 0;
-  uint64_t run_bytes = 0;  // contiguous run: a block, a token's heads, or a row
-  uint64_t kv_bytes = 0, v_offset = 0;
-  uint32_t block_tokens = 0, heads = 0;
-  uint32_t run_kind = 0;   // 0 block, 1 token, 2 row
-  uint32_t blocks_per_chunk = 0;
-};
 
 // One chunk of a layer: its object bytes in (mapped, pinned) staging and its block ids.
 struct ChunkCopy {

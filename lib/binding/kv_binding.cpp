@@ -32,13 +32,10 @@ KvBinding::KvBinding(const tutti_kv_layout& l, uint32_t chunk_tokens) {
   shape_ = Shape{l.num_layers, l.num_kv_heads, l.head_dim, l.elem_bytes, chunk_tokens};
   num_blocks_ = l.num_blocks;
   block_tokens_ = l.block_tokens;
-  block_stride_ = l.block_stride;
-  token_stride_ = l.token_stride;
-  head_stride_ = l.head_stride;
   const uint64_t row = shape_.row_bytes();
-  TUTTI_EXPECT(head_stride_ >= row || l.num_kv_heads == 1, "head_stride is smaller than a row (head_dim * elem_bytes)");
-  TUTTI_EXPECT(token_stride_ >= row || l.block_tokens == 1, "token_stride is smaller than a row (head_dim * elem_bytes)");
-  TUTTI_EXPECT(block_stride_ >= row, "block_stride is smaller than a row (head_dim * elem_bytes)");
+  TUTTI_EXPECT(l.head_stride >= row || l.num_kv_heads == 1, "head_stride is smaller than a row (head_dim * elem_bytes)");
+  TUTTI_EXPECT(l.token_stride >= row || l.block_tokens == 1, "token_stride is smaller than a row (head_dim * elem_bytes)");
+  TUTTI_EXPECT(l.block_stride >= row, "block_stride is smaller than a row (head_dim * elem_bytes)");
 
   k_.resize(l.num_layers);
   v_.resize(l.num_layers);
@@ -55,33 +52,27 @@ KvBinding::KvBinding(const tutti_kv_layout& l, uint32_t chunk_tokens) {
   }
 
   // The widest contiguous run the strides allow.
-  const bool heads_packed = l.num_kv_heads == 1 || head_stride_ == row;
-  const bool tokens_packed = heads_packed && (l.block_tokens == 1 || token_stride_ == shape_.token_bytes());
-  run_ = tokens_packed ? Run::kBlock : heads_packed ? Run::kToken : Run::kRow;
-  run_bytes_ = run_ == Run::kBlock ? shape_.token_bytes() * block_tokens_ : run_ == Run::kToken ? shape_.token_bytes() : row;
-
-  bool aligned = is_aligned(run_bytes_, kIoAlign) && is_aligned(block_stride_, kIoAlign) &&
-                 shape_.kv_bytes() == shape_.v_offset();
-  if (run_ != Run::kBlock) aligned = aligned && is_aligned(token_stride_, kIoAlign);
-  if (run_ == Run::kRow) aligned = aligned && is_aligned(head_stride_, kIoAlign);
-  for (uint32_t i = 0; i < l.num_layers && aligned; ++i)
-    aligned = is_aligned(reinterpret_cast<uintptr_t>(k_[i]), kIoAlign) && is_aligned(reinterpret_cast<uintptr_t>(v_[i]), kIoAlign);
-  direct_capable_ = aligned && !on_device();
-}
-
-gpu::CopyLayout KvBinding::copy_layout() const {
-  gpu::CopyLayout c;
-  c.block_stride = block_stride_;
-  c.token_stride = token_stride_;
-  c.head_stride = head_stride_;
-  c.run_bytes = run_bytes_;
+  const bool heads_packed = l.num_kv_heads == 1 || l.head_stride == row;
+  const bool tokens_packed = heads_packed && (l.block_tokens == 1 || l.token_stride == shape_.token_bytes());
+  gpu::CopyLayout& c = layout_;
+  c.block_stride = l.block_stride;
+  c.token_stride = l.token_stride;
+  c.head_stride = l.head_stride;
+  c.run_kind = tokens_packed ? gpu::kRunBlock : heads_packed ? gpu::kRunToken : gpu::kRunRow;
+  c.run_bytes = tokens_packed ? shape_.token_bytes() * block_tokens_ : heads_packed ? shape_.token_bytes() : row;
   c.kv_bytes = shape_.kv_bytes();
   c.v_offset = shape_.v_offset();
   c.block_tokens = block_tokens_;
   c.heads = shape_.heads;
-  c.run_kind = run_ == Run::kBlock ? 0 : run_ == Run::kToken ? 1 : 2;
   c.blocks_per_chunk = blocks_per_chunk();
-  return c;
+
+  bool aligned = is_aligned(c.run_bytes, kIoAlign) && is_aligned(c.block_stride, kIoAlign) &&
+                 shape_.kv_bytes() == shape_.v_offset();
+  if (c.run_kind != gpu::kRunBlock) aligned = aligned && is_aligned(c.token_stride, kIoAlign);
+  if (c.run_kind == gpu::kRunRow) aligned = aligned && is_aligned(c.head_stride, kIoAlign);
+  for (uint32_t i = 0; i < l.num_layers && aligned; ++i)
+    aligned = is_aligned(reinterpret_cast<uintptr_t>(k_[i]), kIoAlign) && is_aligned(reinterpret_cast<uintptr_t>(v_[i]), kIoAlign);
+  direct_capable_ = aligned && !on_device();
 }
 
 void KvBinding::scatter(uint32_t layer, const int32_t* blocks, uint64_t lo, uint64_t hi, const std::byte* staging) const {

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/device.hpp"
+#include "kernels/copy_layout.hpp"
 #include "resolver/layout.hpp"
 #include "tutti.h"
 
@@ -32,7 +32,7 @@ class KvBinding {
   uint32_t block_tokens() const { return block_tokens_; }
   uint32_t blocks_per_chunk() const { return shape_.chunk_tokens / block_tokens_; }
   // Bytes of one maximal contiguous run: a whole block, a token's heads, or one row.
-  uint64_t run_bytes() const { return run_bytes_; }
+  uint64_t run_bytes() const { return layout_.run_bytes; }
   // True when every run is 4 KiB aligned in address and length, so O_DIRECT can move bytes
   // between the pool and the blocks with vectored I/O and no staging copy (host memory only).
   bool direct_capable() const { return direct_capable_; }
@@ -41,7 +41,7 @@ class KvBinding {
   int device() const { return device_; }
   std::byte* k(uint32_t layer) const { return k_[layer]; }
   std::byte* v(uint32_t layer) const { return v_[layer]; }
-  gpu::CopyLayout copy_layout() const;
+  const gpu::CopyLayout& copy_layout() const { return layout_; }
 
   // Calls fn(MemRun) for each run of layer `layer` of the chunk whose blocks are
   // `blocks[0..blocks_per_chunk)`, restricted to object bytes [lo, hi), in object order.
@@ -58,10 +58,8 @@ class KvBinding {
   Shape shape_;
   uint32_t num_blocks_ = 0;
   uint32_t block_tokens_ = 0;
-  uint64_t block_stride_ = 0, token_stride_ = 0, head_stride_ = 0;
   std::vector<std::byte*> k_, v_;
-  enum class Run { kBlock, kToken, kRow } run_ = Run::kRow;
-  uint64_t run_bytes_ = 0;
+  gpu::CopyLayout layout_;  // strides and runs, shared with the copy kernels
   bool direct_capable_ = false;
   int device_ = -1;
 };
@@ -70,25 +68,17 @@ template <class Fn>
 void KvBinding::for_each_run(uint32_t layer, const int32_t* blocks, uint64_t lo, uint64_t hi, Fn&& fn) const {
   const uint64_t kv = shape_.kv_bytes();
   const uint64_t voff = shape_.v_offset();
-  const uint32_t heads = shape_.heads;
   for (int side = 0; side < 2; ++side) {
     const uint64_t sec = side ? voff : 0;
     const uint64_t a = lo > sec ? lo - sec : 0;
     const uint64_t b = hi > sec ? std::min(hi - sec, kv) : 0;
     if (a >= b) continue;
     std::byte* base = side ? v_[layer] : k_[layer];
-    for (uint64_t u = a / run_bytes_; u * run_bytes_ < b; ++u) {
-      std::byte* addr;
-      if (run_ == Run::kBlock) {
-        addr = base + uint64_t(blocks[u]) * block_stride_;
-      } else {
-        const uint64_t t = run_ == Run::kToken ? u : u / heads;
-        const uint64_t h = run_ == Run::kToken ? 0 : u % heads;
-        addr = base + uint64_t(blocks[t / block_tokens_]) * block_stride_ + (t % block_tokens_) * token_stride_ +
-               h * head_stride_;
-      }
-      const uint64_t start = u * run_bytes_;
-      const uint64_t from = std::max(start, a), to = std::min(start + run_bytes_, b);
+    const uint64_t run = layout_.run_bytes;
+    for (uint64_t u = a / run; u * run < b; ++u) {
+      std::byte* addr = base + gpu::run_offset(layout_, blocks, u);
+      const uint64_t start = u * run;
+      const uint64_t from = std::max(start, a), to = std::min(start + run, b);
       fn(MemRun{addr + (from - start), sec + from, to - from});
     }
   }
