@@ -85,7 +85,8 @@ TUTTI_API const char* tutti_last_error(void);
  *   direct_to_blocks auto | on | off. Read/write straight between the SSD and the KV blocks with
  *                    vectored I/O when the layout is aligned (auto, default); off always stages.
  *   verify           0 | 1. Check each layer's checksum on load (default 0; fsck always does).
- *   staging          bytes of aligned staging memory (default 256M).
+ *   staging          bytes of aligned staging memory (default 256M). A load into CUDA memory
+ *                    holds one layer of the whole batch in staging until its copy kernel ran.
  *   lookahead        layers kept in flight ahead of the consumer (default 4).
  *   rings            io_uring rings, each with its own thread (default 4).
  *   queue_depth      I/Os in flight per ring (default 64).
@@ -209,7 +210,8 @@ TUTTI_API int tutti_batch_wait_layer(tutti_batch* b, uint32_t layer);
  * stream) a wait for layer `layer` of the most recently submitted load batch of this runtime,
  * and returns at once. Work queued after it on the stream sees the layer's bytes in the blocks.
  * Safe inside CUDA graph capture: a captured wait applies to whichever load batch is the most
- * recent one when the graph is replayed. Returns TUTTI_EINVAL for a store batch or host memory. */
+ * recent one when the wait runs on the GPU, so submit a batch before launching work that waits
+ * on it. Returns TUTTI_EINVAL for a store batch or host memory. */
 TUTTI_API int tutti_batch_wait_layer_async(tutti_batch* b, uint32_t layer, void* cuda_stream);
 /* Blocks until the batch is done (a store: committed). Returns the first request error, if any. */
 TUTTI_API int tutti_batch_wait(tutti_batch* b);
