@@ -163,6 +163,22 @@ void Batch::submit() {
   Index& index = rt_->index();
   const KvBinding& kv = rt_->binding();
   const size_t ct = rt_->config().chunk_tokens;
+  // CUDA memory: what can fail is checked and allocated before anything is pinned or claimed,
+  // for as many chunks as the batch could move.
+  if (gpu::Device* dev = rt_->device()) {
+    size_t chunks = 0;
+    for (const Request& q : reqs_) chunks += q.keys.size();
+    TUTTI_EXPECT(!is_load() || chunks <= rt_->staging().count(),
+                 "a load into CUDA memory stages a whole layer: " + std::to_string(chunks) +
+                     " chunks need staging >= " + std::to_string(chunks * rt_->staging().buffer_bytes()) +
+                     " bytes (option staging / TUTTI_STAGING)");
+    const size_t ids_bytes = align_up(chunks * kv.blocks_per_chunk() * sizeof(int32_t), 16);
+    pinned_ = dev->host_alloc(ids_bytes + size_t{layers_} * chunks * sizeof(gpu::ChunkCopy), &pinned_dev_);
+    ids_dev_ = pinned_dev_;
+    copies_ = reinterpret_cast<gpu::ChunkCopy*>(static_cast<std::byte*>(pinned_) + ids_bytes);
+    copies_dev_ = pinned_dev_ + ids_bytes;
+    copies_stride_ = chunks;
+  }
   // Plan: pin what we load, claim slots for what we store. Planning a request stops at its
   // first failed chunk; finish() marks the rest.
   for (uint32_t ri = 0; ri < reqs_.size(); ++ri) {
@@ -197,22 +213,13 @@ void Batch::submit() {
   }
   direct_ = rt_->direct();
   ops_.resize(layers_);
-  if (gpu::Device* dev = rt_->device(); dev && !items_.empty()) {
+  if (pinned_) {  // the items' block ids, where the copy kernels read them
     const size_t bpc = kv.blocks_per_chunk();
-    TUTTI_EXPECT(!is_load() || items_.size() <= rt_->staging().count(),
-                 "a load into CUDA memory stages a whole layer: " + std::to_string(items_.size()) +
-                     " chunks need staging >= " + std::to_string(items_.size() * rt_->staging().buffer_bytes()) +
-                     " bytes (option staging / TUTTI_STAGING)");
-    const size_t ids_bytes = align_up(items_.size() * bpc * sizeof(int32_t), 16);
-    pinned_ = dev->host_alloc(ids_bytes + size_t{layers_} * items_.size() * sizeof(gpu::ChunkCopy), &pinned_dev_);
     auto* ids = static_cast<int32_t*>(pinned_);
     for (size_t i = 0; i < items_.size(); ++i) {
       items_[i].first_block = static_cast<uint32_t>(i * bpc);
       std::copy_n(items_[i].blocks, bpc, ids + i * bpc);
     }
-    ids_dev_ = pinned_dev_;
-    copies_ = reinterpret_cast<gpu::ChunkCopy*>(static_cast<std::byte*>(pinned_) + ids_bytes);
-    copies_dev_ = pinned_dev_ + ids_bytes;
   }
   if (is_load() && rt_->device()) {
     epoch_ = rt_->next_load_epoch();
@@ -307,7 +314,7 @@ void Batch::issue_layer(uint32_t layer) {
 void Batch::gather_on_device(std::vector<IoOp*>& group, size_t first) {
   const KvBinding& kv = rt_->binding();
   const uint32_t layer = static_cast<LayerOp*>(group[0])->layer;
-  const size_t at = size_t{layer} * items_.size() + first;  // this group's descriptors
+  const size_t at = size_t{layer} * copies_stride_ + first;  // this group's descriptors
   for (size_t i = 0; i < group.size(); ++i) {
     auto* op = static_cast<LayerOp*>(group[i]);
     copies_[at + i] = gpu::ChunkCopy{rt_->staging().device_address(op->stage), items_[op->item].first_block};
@@ -341,7 +348,7 @@ struct Landed {
 // host callback gives the staging back and completes the layer.
 void Batch::scatter_on_device(uint32_t layer) {
   const KvBinding& kv = rt_->binding();
-  gpu::ChunkCopy* copies = copies_ + size_t{layer} * items_.size();
+  gpu::ChunkCopy* copies = copies_ + size_t{layer} * copies_stride_;
   size_t n = 0;
   for (LayerOp& op : ops_[layer])
     if (!items_[op.item].error.load())
@@ -359,7 +366,7 @@ void Batch::scatter_on_device(uint32_t layer) {
   auto* arg = new Landed{this, layer};
   try {
     rt_->device()->scatter(kv.copy_layout(), kv.k(layer), kv.v(layer),
-                           copies_dev_ + size_t{layer} * items_.size() * sizeof(gpu::ChunkCopy), n, ids_dev_, landed, arg);
+                           copies_dev_ + size_t{layer} * copies_stride_ * sizeof(gpu::ChunkCopy), n, ids_dev_, landed, arg);
   } catch (const Error& e) {
     for (Item& it : items_) {
       int expected = 0;

@@ -102,12 +102,13 @@ class Batch {
   bool settled_ = false;
   std::vector<std::vector<LayerOp>> ops_;  // per layer, filled when it is issued
   // CUDA memory: pinned memory the copy kernels read: the items' block ids, then one
-  // descriptor per item and layer (layer L's at [L * items]).
+  // descriptor per item and layer (layer L's at [L * copies_stride_]).
   void* pinned_ = nullptr;
   uint64_t pinned_dev_ = 0;
   uint64_t ids_dev_ = 0;
   gpu::ChunkCopy* copies_ = nullptr;
   uint64_t copies_dev_ = 0;
+  size_t copies_stride_ = 0;
   uint64_t epoch_ = 0;                     // CUDA memory: this load batch's number
   bool direct_ = false;
   std::unique_ptr<std::atomic<uint32_t>[]> pending_;  // ops outstanding per layer
