@@ -95,6 +95,15 @@ Device::Device(int ordinal) : ordinal_(ordinal) {
   if (!why.empty()) fail(TUTTI_EUNSUPPORTED, why);
   TUTTI_EXPECT(ordinal >= 0 && ordinal < device_count(), "CUDA device " + std::to_string(ordinal) + " does not exist");
   Guard g(ordinal_);
+  // Load every kernel now. With lazy module loading (CUDA's default), a kernel's first launch
+  // waits for the device to go idle, which never happens while a layer-wait kernel spins on
+  // the engine's stream for that very scatter: a deadlock.
+  cudaFuncAttributes a;
+  check(cudaFuncGetAttributes(&a, copy_layer<true, true>), "load kernel");
+  check(cudaFuncGetAttributes(&a, copy_layer<true, false>), "load kernel");
+  check(cudaFuncGetAttributes(&a, copy_layer<false, true>), "load kernel");
+  check(cudaFuncGetAttributes(&a, copy_layer<false, false>), "load kernel");
+  check(cudaFuncGetAttributes(&a, wait_layer), "load kernel");
   cudaStream_t s;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   stream_ = s;

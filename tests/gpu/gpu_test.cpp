@@ -190,7 +190,6 @@ TEST(Gpu, GraphReplayWaitsForEachLoad) {
     ASSERT_EQ(tutti_batch_create(rt, TUTTI_OP_LOAD, &b), 0);
     ASSERT_EQ(tutti_batch_add(b, &r, 1), 0);
     ASSERT_EQ(tutti_batch_submit(b), 0);
-    std::fprintf(stderr, "round %d: submitted\n", round);
     if (!exec) {  // capture once, with the first batch
       cudaGraph_t g;
       ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
@@ -204,7 +203,6 @@ TEST(Gpu, GraphReplayWaitsForEachLoad) {
       ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
       cudaGraphDestroy(g);
     }
-    std::fprintf(stderr, "round %d: launching\n", round);
     ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
     ASSERT_EQ(tutti_batch_wait(b), 0);
