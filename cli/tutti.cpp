@@ -22,6 +22,7 @@
 #include "common/fd.hpp"
 #include "common/units.hpp"
 #include "datapath/backend.hpp"
+#include "datapath/gpu_uring.hpp"
 #include "kernels/device.hpp"
 #include "pool/pool.hpp"
 #include "resolver/uri.hpp"
@@ -108,10 +109,12 @@ int cmd_info() {
   std::printf("backends:\n");
   std::printf("  uring      %s\n", why.empty() ? "works (io_uring, O_DIRECT, fixed files and buffers)" : ("unusable: " + why).c_str());
   std::printf("  posix      works (thread pool, preadv/pwritev)\n");
-  std::printf("  gpu-uring  not in this build (needs CUDA)\n");
-  std::printf("  cufile     not in this build (needs CUDA)\n");
+  std::string gwhy = tutti::gpu_uring_unavailable_reason();
+  std::printf("  gpu-uring  %s\n", gwhy.empty() ? "works (GPU-built SQEs, SQPOLL rings, GPU-polled completions; loads into CUDA memory)"
+                                                : ("unusable: " + gwhy).c_str());
+  std::printf("  cufile     not built yet\n");
   std::printf("  nvme       not in this build (needs the tutti kernel module)\n");
-  std::printf("  dram       not in this build\n");
+  std::printf("  dram       not built yet\n");
   std::printf("auto picks: %s\n", why.empty() ? "uring" : "posix");
   std::printf("options (each also from TUTTI_<KEY>):\n");
   for (auto& o : tutti::option_table())
@@ -371,8 +374,8 @@ RunResult run_once(const BenchArgs& a, KvCache& kv, const std::string& backend, 
   tutti_options_set(o, "backend", backend.c_str());
   tutti_options_set(o, "io_mode", io_mode);
   tutti_options_set(o, "direct_to_blocks", a.direct.c_str());
-  if (a.cuda)  // a load into HBM stages a whole layer: room for two
-    tutti_options_set(o, "staging", std::to_string(std::max<uint64_t>(256ull << 20, 2 * chunks * shape.layer_bytes())).c_str());
+  if (a.cuda)  // a load into HBM stages whole layers: room for the default lookahead of 4
+    tutti_options_set(o, "staging", std::to_string(std::max<uint64_t>(256ull << 20, 4 * chunks * shape.layer_bytes())).c_str());
   tutti_runtime* rt = nullptr;
   int rc = tutti_runtime_open(o, &rt);
   tutti_options_destroy(o);
@@ -578,6 +581,7 @@ int cmd_bench(int argc, char** argv) {
     a.baseline = false;  // the per-block baseline runs on host memory only
   }
   if (a.backends.empty()) {
+    if (a.cuda && tutti::gpu_uring_unavailable_reason().empty()) a.backends.push_back("gpu-uring");
     if (tutti::uring_unavailable_reason().empty()) a.backends.push_back("uring");
     a.backends.push_back("posix");
   }

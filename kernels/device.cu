@@ -7,23 +7,19 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "kernels/cuda_check.hpp"
 #include "kernels/device.hpp"
 
 namespace tutti::gpu {
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail(TUTTI_EIO, std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
-}
-
-struct Guard {  // the calling thread works on the runtime's device
-  explicit Guard(int ordinal) { check(cudaSetDevice(ordinal), "cudaSetDevice"); }
-};
-
 // Grid: y = chunk, x * warps = runs of both sides. Each warp moves one run at a time, its lanes
-// striding 16 bytes (or 1 byte where the layout is not 16-byte aligned).
+// striding 16 bytes (or 1 byte where the layout is not 16-byte aligned). A chunk whose
+// `status` is not 0 (its read failed) is left alone.
 template <bool kToBlocks, bool kVec>
-__global__ void copy_layer(CopyLayout l, char* k, char* v, const ChunkCopy* chunks, const int32_t* ids) {
+__global__ void copy_layer(CopyLayout l, char* k, char* v, const ChunkCopy* chunks, const int32_t* ids,
+                           const int32_t* status) {
+  if (status && status[blockIdx.y]) return;
   const ChunkCopy c = chunks[blockIdx.y];
   const int32_t* blocks = ids + c.first_block;
   char* stage = reinterpret_cast<char*>(c.staging);
@@ -63,15 +59,15 @@ bool vec_ok(const CopyLayout& l, const void* k, const void* v) {
 
 template <bool kToBlocks>
 void launch(cudaStream_t s, const CopyLayout& l, char* k, char* v, const ChunkCopy* chunks, size_t n,
-            const int32_t* ids) {
+            const int32_t* ids, const int32_t* status = nullptr) {
   const unsigned threads = 256, warps = threads / 32;
   const uint64_t runs = 2 * (l.kv_bytes / l.run_bytes);
   const unsigned x = static_cast<unsigned>(std::min<uint64_t>((runs + warps - 1) / warps, 64));
   const dim3 grid(x, static_cast<unsigned>(n));
   if (vec_ok(l, k, v))
-    copy_layer<kToBlocks, true><<<grid, threads, 0, s>>>(l, k, v, chunks, ids);
+    copy_layer<kToBlocks, true><<<grid, threads, 0, s>>>(l, k, v, chunks, ids, status);
   else
-    copy_layer<kToBlocks, false><<<grid, threads, 0, s>>>(l, k, v, chunks, ids);
+    copy_layer<kToBlocks, false><<<grid, threads, 0, s>>>(l, k, v, chunks, ids, status);
   check(cudaGetLastError(), "copy kernel launch");
 }
 
@@ -206,6 +202,15 @@ void Device::scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, siz
     launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), reinterpret_cast<const ChunkCopy*>(chunks), n,
                  reinterpret_cast<const int32_t*>(ids));
   check(cudaLaunchHostFunc(s, done, arg), "cudaLaunchHostFunc");
+}
+
+void Device::scatter_on(void* stream, const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
+                        uint64_t status) {
+  if (!n) return;
+  Guard g(ordinal_);
+  launch<true>(static_cast<cudaStream_t>(stream), l, static_cast<char*>(k), static_cast<char*>(v),
+               reinterpret_cast<const ChunkCopy*>(chunks), n, reinterpret_cast<const int32_t*>(ids),
+               reinterpret_cast<const int32_t*>(status));
 }
 
 void Device::gather(const CopyLayout& l, const void* k, const void* v, uint64_t chunks, size_t n, uint64_t ids) {

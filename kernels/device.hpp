@@ -7,8 +7,9 @@
 #include <mutex>
 #include <string>
 
-#include "kernels/copy_layout.hpp"
 #include <vector>
+
+#include "kernels/copy_layout.hpp"
 
 namespace tutti::gpu {
 
@@ -58,6 +59,9 @@ class Device {
   // `chunks` and `ids` are device-visible addresses (host_alloc).
   void scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
                void (*done)(void*), void* arg);
+  // The same on a caller's stream, skipping chunks whose int32 `status` (device-visible) is not 0.
+  void scatter_on(void* stream, const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
+                  uint64_t status);
   // Blocks -> staging for `n` chunks of one layer; returns once the bytes are in staging.
   void gather(const CopyLayout& l, const void* k, const void* v, uint64_t chunks, size_t n, uint64_t ids);
 

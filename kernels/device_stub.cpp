@@ -1,6 +1,7 @@
 // A build without CUDA: every device call fails with the reason; nothing else changes.
 #include "common/error.hpp"
 #include "kernels/device.hpp"
+#include "kernels/gpu_uring.hpp"
 
 namespace tutti::gpu {
 namespace {
@@ -21,11 +22,17 @@ void Device::enqueue_wait(void*, uint32_t) { no_cuda(); }
 void* Device::host_alloc(size_t, uint64_t*) { no_cuda(); }
 void Device::host_free(void*) {}
 void Device::scatter(const CopyLayout&, void*, void*, uint64_t, size_t, uint64_t, void (*)(void*), void*) { no_cuda(); }
+void Device::scatter_on(void*, const CopyLayout&, void*, void*, uint64_t, size_t, uint64_t, uint64_t) { no_cuda(); }
 void Device::gather(const CopyLayout&, const void*, const void*, uint64_t, size_t, uint64_t) { no_cuda(); }
 void* alloc(int, size_t) { no_cuda(); }
 void free(void*) {}
 void copy_to_device(void*, const void*, size_t) { no_cuda(); }
 void copy_to_host(void*, const void*, size_t) { no_cuda(); }
 void fill_zero(void*, size_t) { no_cuda(); }
+
+UringDriver::UringDriver(Device& dev, const std::vector<RingView>&) : dev_(dev) { no_cuda(); }
+UringDriver::~UringDriver() = default;
+uint32_t UringDriver::max_per_ring() const { return 0; }
+void UringDriver::load_layer(uint32_t, const LayerLoad&, void (*)(void*), void*) { no_cuda(); }
 
 }  // namespace tutti::gpu

@@ -1,6 +1,7 @@
 #include "datapath/backend.hpp"
 
 #include "common/error.hpp"
+#include "datapath/gpu_uring.hpp"
 
 namespace tutti {
 
@@ -32,7 +33,12 @@ std::string resolve_backend(const std::string& name) {
     if (name == "uring") fail(TUTTI_EUNSUPPORTED, "backend uring: " + why);
     return "posix";
   }
-  fail(TUTTI_EINVAL, "unknown backend '" + name + "' (known: auto, uring, posix)");
+  if (name == "gpu-uring") {
+    std::string why = gpu_uring_unavailable_reason();
+    if (!why.empty()) fail(TUTTI_EUNSUPPORTED, "backend gpu-uring: " + why);
+    return name;
+  }
+  fail(TUTTI_EINVAL, "unknown backend '" + name + "' (known: auto, uring, posix, gpu-uring)");
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendConfig& cfg) {

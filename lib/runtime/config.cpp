@@ -12,14 +12,14 @@ const std::vector<OptionInfo>& option_table() {
       {"pool", "./tutti.pool", "pool file URI (file:///path?size=64G or a path); repeat, or comma-separate in TUTTI_POOL, to stripe"},
       {"capacity", "8G", "total size of newly created pool files without ?size="},
       {"chunk_tokens", "256", "tokens per stored chunk (a multiple of the block size)"},
-      {"backend", "auto", "auto | uring | posix (auto: uring, or posix for pools without O_DIRECT)"},
+      {"backend", "auto", "auto | uring | posix | gpu-uring (auto: uring, or posix for pools without O_DIRECT)"},
       {"namespace", "", "salt mixed into every chunk key"},
       {"io_mode", "object", "object | per-block-baseline (one I/O per block and K/V; for comparison only)"},
       {"direct_to_blocks", "auto", "auto | on | off: vectored I/O straight between pool and KV blocks"},
       {"verify", "0", "1: check every layer's checksum on load"},
       {"staging", "256M", "bytes of aligned staging memory"},
       {"lookahead", "4", "layers in flight ahead of the consumer"},
-      {"rings", "4", "io_uring rings (one thread each)"},
+      {"rings", "4", "io_uring rings (one thread each; gpu-uring: one SQPOLL thread each, at most 8)"},
       {"queue_depth", "64", "I/Os in flight per ring"},
       {"threads", "16", "posix backend worker threads"},
       {"create", "1", "1 | 0: create missing pool files"},
@@ -70,7 +70,8 @@ void apply(Config& c, const std::string& key, const std::string& v) {
   } else if (key == "chunk_tokens") {
     c.chunk_tokens = count_of(key, v, 1, 1u << 20);
   } else if (key == "backend") {
-    TUTTI_EXPECT(v == "auto" || v == "uring" || v == "posix", "option backend: '" + v + "' is not auto, uring or posix");
+    TUTTI_EXPECT(v == "auto" || v == "uring" || v == "posix" || v == "gpu-uring",
+                 "option backend: '" + v + "' is not auto, uring, posix or gpu-uring");
     c.backend = v;
   } else if (key == "namespace") {
     c.ns = v;

@@ -8,11 +8,13 @@ namespace tutti {
 
 Runtime::Runtime(Config cfg) : cfg_(std::move(cfg)) {
   TUTTI_EXPECT(!cfg_.pools.empty(), "no pool location given");
-  backend_name_ = resolve_backend(cfg_.backend) == "uring" ? "uring" : "posix";
+  const std::string b = resolve_backend(cfg_.backend);
+  backend_name_ = b == "gpu-uring" ? "gpu-uring" : b == "uring" ? "uring" : "posix";
 }
 
 Runtime::~Runtime() {
   scheduler_.reset();  // drains queued batches
+  gpu_uring_.reset();  // waits for the GPU's layers in flight
   backend_.reset();    // joins I/O threads
   if (device_ && staging_) device_->unpin(staging_->arena());
 }
@@ -27,6 +29,11 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   auto binding = std::make_unique<KvBinding>(layout, cfg_.chunk_tokens);
   const Shape& shape = binding->shape();
 
+  const bool gpu_uring = std::string(backend_name_.load()) == "gpu-uring";
+  TUTTI_EXPECT_CODE(!gpu_uring || binding->on_device(), TUTTI_EUNSUPPORTED,
+                    "backend gpu-uring loads into CUDA memory: register a KV cache with TUTTI_MEMORY_CUDA");
+  TUTTI_EXPECT_CODE(!gpu_uring || !cfg_.verify, TUTTI_EUNSUPPORTED,
+                    "backend gpu-uring hands no loaded byte to the CPU, so it cannot check checksums: use verify=0");
   std::unique_ptr<gpu::Device> device;
   if (binding->on_device()) {
     TUTTI_EXPECT_CODE(cfg_.io_mode == IoMode::kObject, TUTTI_EUNSUPPORTED,
@@ -77,7 +84,10 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   if (cfg_.backend == "auto")
     for (size_t i = 0; i < pool->files(); ++i)
       if (!pool->file(i).direct) backend_name_ = "posix";
-  auto backend = make_backend(backend_name_.load(), bc);
+  // gpu-uring drives loads; stores take the CPU producer, which checksums as it writes.
+  auto backend = make_backend(gpu_uring ? "uring" : backend_name_.load(), bc);
+  std::unique_ptr<GpuUring> gu;
+  if (gpu_uring) gu = std::make_unique<GpuUring>(*device, bc);
 
   counters_.per_layer_wait_ns = std::make_unique<std::atomic<uint64_t>[]>(shape.layers);
   for (uint32_t l = 0; l < shape.layers; ++l) counters_.per_layer_wait_ns[l] = 0;
@@ -85,6 +95,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   index_ = std::move(index);
   staging_ = std::move(staging);
   backend_ = std::move(backend);
+  gpu_uring_ = std::move(gu);
   direct_ = direct;
   device_ = std::move(device);
   scheduler_ = std::make_unique<Scheduler>(cfg_.lookahead);

@@ -117,6 +117,7 @@ Batch::~Batch() {
   }
   // Here, not in finish(): finish() may run in a CUDA host callback, which must not call CUDA.
   if (pinned_) rt_->device()->host_free(pinned_);
+  if (gpu_pinned_) rt_->device()->host_free(gpu_pinned_);
 }
 
 void Batch::add(const tutti_request* reqs, size_t n) {
@@ -221,6 +222,7 @@ void Batch::submit() {
       std::copy_n(items_[i].blocks, bpc, ids + i * bpc);
     }
   }
+  if (is_load() && rt_->gpu_uring() && !items_.empty()) plan_gpu_loads();
   if (is_load() && rt_->device()) {
     epoch_ = rt_->next_load_epoch();
     rt_->device()->begin_epoch(epoch_);
@@ -251,6 +253,7 @@ void Batch::submit() {
 }
 
 void Batch::issue_layer(uint32_t layer) {
+  if (is_load() && rt_->gpu_uring()) return issue_layer_gpu(layer);
   const Shape& s = rt_->binding().shape();
   const KvBinding& kv = rt_->binding();
   const Geometry& g = rt_->pool().geometry();
@@ -376,6 +379,114 @@ void Batch::scatter_on_device(uint32_t layer) {
   }
 }
 
+// ---- gpu-uring ---------------------------------------------------------------------------
+
+void Batch::plan_gpu_loads() {
+  GpuUring& gu = *rt_->gpu_uring();
+  Staging& staging = rt_->staging();
+  const size_t n = items_.size();
+  TUTTI_EXPECT(n <= gu.max_chunks(), "backend gpu-uring reads at most " + std::to_string(gu.max_chunks()) +
+                                         " chunks per layer; this batch has " + std::to_string(n));
+  // As many staging sets as the lookahead can use and the budget holds (at least one: the
+  // staging check in submit() passed).
+  const size_t sets = std::max<size_t>(
+      1, std::min<size_t>({rt_->config().lookahead, staging.count() / n, gpu::UringDriver::kMaxStreams}));
+  const size_t chunks_bytes = align_up(n * sizeof(gpu::IoChunk), 16);
+  const size_t set_bytes = align_up(n * (sizeof(gpu::IoTarget) + sizeof(gpu::ChunkCopy)) + n * sizeof(int32_t), 16);
+  uint64_t dev = 0;
+  gpu_pinned_ = rt_->device()->host_alloc(chunks_bytes + sets * set_bytes, &dev);
+  auto* base = static_cast<std::byte*>(gpu_pinned_);
+  auto* chunks = reinterpret_cast<gpu::IoChunk*>(base);
+  const Geometry& g = rt_->pool().geometry();
+  for (size_t i = 0; i < n; ++i) {
+    const Extent e = g.layer_extent(items_[i].slot, 0);
+    chunks[i] = gpu::IoChunk{e.offset, e.file, rt_->pool().file(e.file).direct ? 0u : 1u};
+  }
+  gpu_chunks_ = dev;
+  gpu_sets_.resize(sets);
+  for (size_t k = 0; k < sets; ++k) {
+    const size_t at = chunks_bytes + k * set_bytes;
+    GpuSet& set = gpu_sets_[k];
+    set.targets = dev + at;
+    set.copies = set.targets + n * sizeof(gpu::IoTarget);
+    set.status = set.copies + n * sizeof(gpu::ChunkCopy);
+    set.status_host = reinterpret_cast<const int32_t*>(base + at + n * (sizeof(gpu::IoTarget) + sizeof(gpu::ChunkCopy)));
+  }
+}
+
+void Batch::issue_layer_gpu(uint32_t layer) {
+  const KvBinding& kv = rt_->binding();
+  const size_t n = items_.size();
+  if (gpu_staging_.empty()) {  // first layer: the staging of every set, for the whole batch
+    Staging& staging = rt_->staging();
+    auto* base = static_cast<std::byte*>(gpu_pinned_);
+    const size_t chunks_bytes = static_cast<size_t>(gpu_sets_[0].targets - gpu_chunks_);
+    const size_t set_bytes = gpu_sets_.size() > 1 ? static_cast<size_t>(gpu_sets_[1].targets - gpu_sets_[0].targets) : 0;
+    for (size_t k = 0; k < gpu_sets_.size(); ++k) {
+      auto* targets = reinterpret_cast<gpu::IoTarget*>(base + chunks_bytes + k * set_bytes);
+      auto* copies = reinterpret_cast<gpu::ChunkCopy*>(targets + n);
+      for (size_t i = 0; i < n; ++i) {
+        Staging::Buffer b = staging.acquire();
+        gpu_staging_.push_back(b);
+        targets[i] = gpu::IoTarget{reinterpret_cast<uint64_t>(b.data), static_cast<uint32_t>(b.region), 0};
+        copies[i] = gpu::ChunkCopy{staging.device_address(b), items_[i].first_block};
+      }
+    }
+  }
+  const GpuSet& set = gpu_sets_[layer % gpu_sets_.size()];
+  gpu::LayerLoad a;
+  a.layer = layer;
+  a.n = static_cast<uint32_t>(n);
+  a.layer_bytes = kv.shape().layer_bytes();
+  a.chunks = gpu_chunks_;
+  a.targets = set.targets;
+  a.copies = set.copies;
+  a.ids = ids_dev_;
+  a.status = set.status;
+  a.layout = kv.copy_layout();
+  a.k = kv.k(layer);
+  a.v = kv.v(layer);
+  rt_->counters().ios += n;
+  outstanding_ += 1;  // held until the layer has landed
+  auto* arg = new Landed{this, layer};
+  auto landed = [](void* p) {
+    auto* l = static_cast<Landed*>(p);
+    Batch* b = l->batch;
+    const uint32_t layer = l->layer;
+    delete l;
+    b->gpu_layer_landed(layer);
+  };
+  try {
+    rt_->gpu_uring()->load_layer(static_cast<uint32_t>(layer % gpu_sets_.size()), a, landed, arg);
+  } catch (const Error& e) {
+    for (Item& it : items_) {
+      int expected = 0;
+      it.error.compare_exchange_strong(expected, e.code());
+    }
+    delete arg;
+    layer_done(layer);
+    release();
+  }
+  release();  // the issue hold
+}
+
+// On a CUDA thread, once the layer's reads are over and its good chunks are in the blocks.
+void Batch::gpu_layer_landed(uint32_t layer) {
+  const int32_t* status = gpu_sets_[layer % gpu_sets_.size()].status_host;
+  uint64_t ok = 0;
+  for (size_t i = 0; i < items_.size(); ++i) {
+    if (status[i] == 0) {
+      ++ok;
+      continue;
+    }
+    int expected = 0;
+    items_[i].error.compare_exchange_strong(expected, code_of(status[i]));
+  }
+  rt_->counters().bytes_read += ok * rt_->binding().shape().layer_bytes();
+  layer_done(layer);
+  release();
+}
+
 void Batch::release(uint64_t n) {
   if (outstanding_.fetch_sub(n) != n) return;
   if (is_load())
@@ -457,6 +568,8 @@ void Batch::commit() {
 
 void Batch::finish() {
   auto& c = rt_->counters();
+  for (const Staging::Buffer& b : gpu_staging_) rt_->staging().release(b);  // every layer has landed
+  gpu_staging_.clear();
   for (Item& it : items_) {
     if (is_load()) rt_->index().unpin(it.slot);
     if (int e = it.error.load()) reqs_[it.req].status[it.chunk] = e;

@@ -81,6 +81,10 @@ class Batch {
   void layer_io_done(uint32_t layer);
   void layer_done(uint32_t layer);
   void scatter_on_device(uint32_t layer);
+  // gpu-uring: the GPU reads and scatters the whole layer; the CPU launches it.
+  void plan_gpu_loads();
+  void issue_layer_gpu(uint32_t layer);
+  void gpu_layer_landed(uint32_t layer);
   void gather_on_device(std::vector<IoOp*>& group, size_t first);
   // Every path that may end the batch ends with release(): the batch is final (and may be
   // freed by its owner) only once no thread is inside any of its callbacks.
@@ -110,6 +114,18 @@ class Batch {
   uint64_t copies_dev_ = 0;
   size_t copies_stride_ = 0;
   uint64_t epoch_ = 0;                     // CUDA memory: this load batch's number
+  // gpu-uring: pinned descriptors (the items' extents, then per staging set its read targets,
+  // scatter descriptors and statuses) and the staging of every set. Layer L uses set
+  // L % gpu_sets_ and the driver's stream of the same number, so a set is reused only after
+  // the stream has finished the layer before.
+  struct GpuSet {
+    uint64_t targets = 0, copies = 0, status = 0;  // device addresses
+    const int32_t* status_host = nullptr;
+  };
+  void* gpu_pinned_ = nullptr;
+  uint64_t gpu_chunks_ = 0;
+  std::vector<GpuSet> gpu_sets_;
+  std::vector<Staging::Buffer> gpu_staging_;
   bool direct_ = false;
   std::unique_ptr<std::atomic<uint32_t>[]> pending_;  // ops outstanding per layer
   std::atomic<uint64_t> outstanding_{0};               // unissued layers + ops in flight

@@ -11,15 +11,19 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "kernels/device.hpp"
+#include "resolver/layout.hpp"
 #include "tutti.h"
 
 namespace {
 
 struct Dir {
-  Dir() {
-    char t[] = "/tmp/tutti-gpu-XXXXXX";
-    path = mkdtemp(t);
+  // Under /tmp (a disk: O_DIRECT), or /dev/shm (tmpfs: the page-cache path).
+  explicit Dir(bool shm = false) {
+    std::string t = std::string(shm ? "/dev/shm" : "/tmp") + "/tutti-gpu-XXXXXX";
+    path = mkdtemp(t.data());
   }
   ~Dir() {
     if (std::system(("rm -rf " + path).c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", path.c_str());
@@ -103,13 +107,14 @@ struct Case {
   const char* backend;
   int hnd;
   bool verify;
+  bool shm = false;  // pool on tmpfs
 };
 
 class GpuRoundTrip : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GpuRoundTrip, StoreFromHbmLoadIntoHbm) {
   const Case c = GetParam();
-  Dir dir;
+  Dir dir(c.shm);
   const uint32_t layers = 4, blocks = 96, bt = 16;
   DeviceKv kv(layers, blocks, bt, 8, 128, c.hnd, 7);
   tutti_runtime* rt = open_runtime(dir.path + "/pool", c.backend, kv.layout, c.verify);
@@ -149,16 +154,20 @@ TEST_P(GpuRoundTrip, StoreFromHbmLoadIntoHbm) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, GpuRoundTrip,
                          ::testing::Values(Case{"uring", 0, false}, Case{"posix", 0, false}, Case{"uring", 1, false},
-                                           Case{"uring", 0, true}));
+                                           Case{"uring", 0, true}, Case{"gpu-uring", 0, false},
+                                           Case{"gpu-uring", 1, false}, Case{"gpu-uring", 0, false, true},
+                                           Case{"posix", 1, false, true}));
 
 // A CUDA graph that waits on every layer and then copies the layer out, captured once and
 // replayed against fresh loads of two different prompts: each replay must see its own bytes,
 // never the zeros the blocks held before the load.
-TEST(Gpu, GraphReplayWaitsForEachLoad) {
+class GpuGraph : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GpuGraph, ReplayWaitsForEachLoad) {
   Dir dir;
   const uint32_t layers = 3, blocks = 32, bt = 16;
   DeviceKv kv(layers, blocks, bt, 8, 128, 0, 11);
-  tutti_runtime* rt = open_runtime(dir.path + "/pool", "uring", kv.layout);
+  tutti_runtime* rt = open_runtime(dir.path + "/pool", GetParam(), kv.layout);
   ASSERT_NE(rt, nullptr);
   std::vector<int32_t> table(blocks);
   for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>(blocks - 1 - i);
@@ -222,6 +231,84 @@ TEST(Gpu, GraphReplayWaitsForEachLoad) {
   cudaStreamDestroy(s);
   tutti::gpu::free(snap);
   tutti_runtime_close(rt);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GpuGraph, ::testing::Values("uring", "gpu-uring"));
+
+// Reads that fail (the pool file cut short under the runtime) fail their chunks, and those
+// chunks' blocks are left as they were: no wrong bytes reach the KV cache.
+class GpuFailedRead : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GpuFailedRead, LeavesBlocksAlone) {
+  Dir dir;
+  const uint32_t layers = 2, blocks = 32, bt = 16, chunk = 64, n = 512;
+  DeviceKv kv(layers, blocks, bt, 8, 128, 0, 5);
+  const std::string pool = dir.path + "/pool";
+  tutti_runtime* rt = open_runtime(pool, GetParam(), kv.layout);
+  ASSERT_NE(rt, nullptr);
+  std::vector<int32_t> table(blocks), tokens(n);
+  for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>(i);
+  for (uint32_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>(i * 7);
+  std::vector<tutti_request> r(1);
+  r[0] = tutti_request{};
+  r[0].tokens = tokens.data(), r[0].num_tokens = n, r[0].block_table = table.data(), r[0].num_block_ids = n / bt;
+  ASSERT_EQ(run(rt, TUTTI_OP_STORE, r, layers), 0) << tutti_last_error();
+
+  // A fresh pool fills its lowest slots first: chunks 0-7 sit in slots 0-7. Cut the file
+  // where slot 5 begins.
+  const tutti::Shape shape{layers, 8, 128, 2, chunk};
+  const tutti::Geometry g(shape, 1, tutti::Geometry::slots_for(shape, 256ull << 20));
+  ASSERT_EQ(::truncate(pool.c_str(), static_cast<off_t>(g.slot_extent(5).offset)), 0);
+  kv.zero();
+  tutti_batch* b = nullptr;
+  ASSERT_EQ(tutti_batch_create(rt, TUTTI_OP_LOAD, &b), 0);
+  ASSERT_EQ(tutti_batch_add(b, r.data(), 1), 0);
+  ASSERT_EQ(tutti_batch_submit(b), 0);
+  EXPECT_EQ(tutti_batch_wait(b), TUTTI_EIO);
+  int status[8];
+  size_t got_n = 0;
+  ASSERT_EQ(tutti_batch_chunk_status(b, 0, status, 8, &got_n), 0);
+  ASSERT_EQ(got_n, 8u);
+  tutti_batch_destroy(b);
+  const uint32_t per_chunk = chunk / bt;
+  std::vector<std::byte> got(kv.layout.block_stride), zero(kv.layout.block_stride);
+  for (uint32_t c = 0; c < 8; ++c) {
+    EXPECT_EQ(status[c], c < 5 ? 0 : TUTTI_EIO) << "chunk " << c;
+    for (uint32_t k = 0; k < per_chunk; ++k) {
+      const int32_t blk = table[c * per_chunk + k];
+      if (c < 5) {
+        EXPECT_TRUE(kv.block_matches(blk)) << "chunk " << c << " block " << blk;
+        continue;
+      }
+      for (uint32_t l = 0; l < layers; ++l)
+        for (int side = 0; side < 2; ++side) {
+          tutti::gpu::copy_to_host(got.data(), kv.mem + l * kv.layer_bytes + side * kv.layout.v_offset +
+                                                  uint64_t(blk) * kv.layout.block_stride, got.size());
+          EXPECT_EQ(std::memcmp(got.data(), zero.data(), got.size()), 0) << "failed chunk " << c << " block " << blk;
+        }
+    }
+  }
+  tutti_runtime_close(rt);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GpuFailedRead, ::testing::Values("uring", "gpu-uring"));
+
+TEST(Gpu, GpuUringRefusesHostMemoryAndVerify) {
+  Dir dir;
+  std::vector<std::byte> host(1 << 20);
+  void* bases[1] = {host.data()};
+  tutti_kv_layout l;
+  tutti_kv_layout_init(&l, 1, 8, 16, 2, 64, 2, 0);
+  l.k_base = bases;
+  l.v_offset = 8 * l.block_stride;
+  int rc = 0;
+  EXPECT_EQ(open_runtime(dir.path + "/pool", "gpu-uring", l, false, "object", &rc), nullptr);
+  EXPECT_EQ(rc, TUTTI_EUNSUPPORTED);
+  EXPECT_NE(std::string(tutti_last_error()).find("CUDA memory"), std::string::npos) << tutti_last_error();
+  DeviceKv kv(2, 8, 16, 2, 64, 0, 1);
+  EXPECT_EQ(open_runtime(dir.path + "/pool2", "gpu-uring", kv.layout, true, "object", &rc), nullptr);
+  EXPECT_EQ(rc, TUTTI_EUNSUPPORTED);
+  EXPECT_NE(std::string(tutti_last_error()).find("verify=0"), std::string::npos) << tutti_last_error();
 }
 
 TEST(Gpu, HostPointersAreNotCudaMemory) {

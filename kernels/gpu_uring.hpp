@@ -1,0 +1,88 @@
+// The GPU side of the gpu-uring backend, behind a CUDA-free interface. GPU warps write a layer's
+// read SQEs into io_uring rings that live in host memory mapped for the device; the rings'
+// SQPOLL kernel threads submit them; the warps poll the completion queues; a copy kernel then
+// scatters the layer into the paged blocks. The CPU launches two kernels and one host callback
+// per layer, whatever the number of chunks or blocks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/copy_layout.hpp"
+#include "kernels/device.hpp"
+
+namespace tutti::gpu {
+
+// One io_uring as liburing mapped it into this process (host addresses).
+struct RingView {
+  void* sq_ring = nullptr;  // SQ ring mmap (head, tail, flags, array)
+  size_t sq_ring_bytes = 0;
+  void* cq_ring = nullptr;  // CQ ring mmap; may be the SQ ring's (IORING_FEAT_SINGLE_MMAP)
+  size_t cq_ring_bytes = 0;
+  void* sqes = nullptr;
+  size_t sqes_bytes = 0;
+  uint32_t *sq_head = nullptr, *sq_tail = nullptr, *sq_flags = nullptr;
+  uint32_t sq_mask = 0, sq_entries = 0;
+  uint32_t *cq_head = nullptr, *cq_tail = nullptr;
+  uint32_t cq_mask = 0, cq_entries = 0;
+  void* cqes = nullptr;
+};
+
+// Where a chunk's layer-0 extent lies; layer l's is `layer_bytes * l` further on.
+struct IoChunk {
+  uint64_t offset0 = 0;
+  uint32_t file = 0;      // registered-file index
+  uint32_t buffered = 0;  // 1: a page-cache file (tmpfs), read by io_uring's workers
+};
+
+// Where one chunk-layer read lands: a staging buffer, as user space and the device see it.
+struct IoTarget {
+  uint64_t host = 0;
+  uint32_t buf_index = 0;  // registered buffer that holds it
+  uint32_t pad = 0;
+};
+
+// One layer of one batch. Every array is device-visible (pinned with Device::host_alloc).
+// `status` receives 0 or -errno per chunk; a failed chunk is not scattered.
+struct LayerLoad {
+  uint32_t layer = 0, n = 0;
+  uint64_t layer_bytes = 0;
+  uint64_t chunks = 0;   // IoChunk[n]
+  uint64_t targets = 0;  // IoTarget[n]
+  uint64_t copies = 0;   // ChunkCopy[n]: the same buffers, for the scatter
+  uint64_t ids = 0;      // block ids the ChunkCopys index
+  uint64_t status = 0;   // int32_t[n]
+  CopyLayout layout;
+  void* k = nullptr;
+  void* v = nullptr;
+};
+
+class UringDriver {
+ public:
+  static constexpr uint32_t kMaxRings = 8, kMaxStreams = 8;
+  // Maps the rings' memory for the device (throws EUNSUPPORTED with the reason when it cannot).
+  UringDriver(Device& dev, const std::vector<RingView>& rings);
+  ~UringDriver();
+  UringDriver(const UringDriver&) = delete;
+  UringDriver& operator=(const UringDriver&) = delete;
+
+  // Reads, then scatters, one layer on stream `stream` (< kMaxStreams); then done(arg) runs
+  // on a CUDA thread. Layers on one stream run in order: a stream's staging is free again
+  // when its previous layer's callback has run. Called from one thread at a time.
+  void load_layer(uint32_t stream, const LayerLoad& a, void (*done)(void*), void* arg);
+  // The most reads one layer may put on a ring, so no completion queue can overflow.
+  uint32_t max_per_ring() const;
+  size_t rings() const { return rings_.size(); }
+
+ private:
+  Device& dev_;
+  std::vector<RingView> rings_;
+  std::vector<void*> registered_;
+  void* state_ = nullptr;  // device memory: locks, SQ tickets, completion counters
+  uint64_t launched_[kMaxStreams] = {};
+  void* streams_[kMaxStreams] = {};
+  uint64_t views_ = 0;     // device copy of the rings' device-side pointers
+};
+
+}  // namespace tutti::gpu

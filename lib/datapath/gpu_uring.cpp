@@ -1,0 +1,143 @@
+#include "datapath/gpu_uring.hpp"
+
+#include <liburing.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "common/error.hpp"
+
+namespace tutti {
+namespace {
+
+constexpr unsigned kSqEntries = 2048;
+constexpr unsigned kCqEntries = 2 * kSqEntries;
+// An SQPOLL thread sleeps after this long without work; while layers are in flight the waker
+// checks every kWakerPeriod and wakes it. Longer keeps a core busy polling after each load.
+constexpr unsigned kIdleMs = 20;
+constexpr auto kWakerPeriod = std::chrono::microseconds(50);
+
+}  // namespace
+
+std::string gpu_uring_unavailable_reason() {
+  std::string why = gpu::unavailable_reason();
+  if (!why.empty()) return why;
+  io_uring ring;
+  io_uring_params p{};
+  p.flags = IORING_SETUP_SQPOLL;
+  p.sq_thread_idle = 1;
+  int rc = io_uring_queue_init_params(4, &ring, &p);
+  if (rc < 0) return std::string("no SQPOLL io_uring here (io_uring_setup: ") + std::strerror(-rc) + ")";
+  io_uring_queue_exit(&ring);
+  return "";
+}
+
+struct GpuUring::Landed {
+  GpuUring* self;
+  void (*done)(void*);
+  void* arg;
+};
+
+GpuUring::GpuUring(gpu::Device& dev, const BackendConfig& cfg) : idle_ms_(kIdleMs) {
+  const unsigned n = std::min<unsigned>(cfg.rings ? cfg.rings : 1, gpu::UringDriver::kMaxRings);
+  std::vector<gpu::RingView> views;
+  for (unsigned i = 0; i < n; ++i) {
+    auto ring = std::make_unique<io_uring>();
+    io_uring_params p{};
+    p.flags = IORING_SETUP_SQPOLL | IORING_SETUP_CQSIZE;
+    p.sq_thread_idle = idle_ms_;
+    p.cq_entries = kCqEntries;
+    int rc = io_uring_queue_init_params(kSqEntries, ring.get(), &p);
+    if (rc < 0) fail_errno(-rc, "gpu-uring: io_uring_setup with SQPOLL");
+    rings_.push_back(std::move(ring));
+    io_uring* r = rings_.back().get();
+    if (!cfg.fds.empty() && (rc = io_uring_register_files(r, cfg.fds.data(), static_cast<unsigned>(cfg.fds.size()))) < 0)
+      fail_errno(-rc, "gpu-uring: io_uring_register_files");
+    if (!cfg.staging.empty() &&
+        (rc = io_uring_register_buffers(r, cfg.staging.data(), static_cast<unsigned>(cfg.staging.size()))) < 0)
+      fail_errno(-rc, "gpu-uring: io_uring_register_buffers (staging)");
+    // The GPU writes SQE i into slot i: make the SQ index array the identity.
+    for (unsigned k = 0; k <= r->sq.ring_mask; ++k) r->sq.array[k] = k;
+    gpu::RingView v;
+    v.sq_ring = r->sq.ring_ptr, v.sq_ring_bytes = r->sq.ring_sz;
+    v.cq_ring = r->cq.ring_ptr, v.cq_ring_bytes = r->cq.ring_sz;
+    v.sqes = r->sq.sqes, v.sqes_bytes = sizeof(io_uring_sqe) * (r->sq.ring_mask + 1);
+    v.sq_head = r->sq.khead, v.sq_tail = r->sq.ktail, v.sq_flags = r->sq.kflags;
+    v.sq_mask = r->sq.ring_mask, v.sq_entries = r->sq.ring_entries;
+    v.cq_head = r->cq.khead, v.cq_tail = r->cq.ktail;
+    v.cq_mask = r->cq.ring_mask, v.cq_entries = r->cq.ring_entries;
+    v.cqes = r->cq.cqes;
+    views.push_back(v);
+  }
+  try {
+    driver_ = std::make_unique<gpu::UringDriver>(dev, views);
+  } catch (...) {
+    for (auto& r : rings_) io_uring_queue_exit(r.get());
+    throw;
+  }
+  max_chunks_ = driver_->max_per_ring() * n;
+  waker_ = std::thread([this] { run_waker(); });
+}
+
+GpuUring::~GpuUring() {
+  {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return in_flight_ == 0; });
+    stop_ = true;
+  }
+  cv_.notify_all();
+  waker_.join();
+  driver_.reset();  // unmaps the rings from the GPU before they go
+  for (auto& r : rings_) io_uring_queue_exit(r.get());
+}
+
+std::string GpuUring::describe() const {
+  return "gpu-uring: " + std::to_string(rings_.size()) + " SQPOLL rings x " + std::to_string(kSqEntries) +
+         " entries, GPU-built SQEs, GPU-polled CQs";
+}
+
+void GpuUring::load_layer(uint32_t stream, const gpu::LayerLoad& a, void (*done)(void*), void* arg) {
+  auto landed = [](void* p) {
+    auto* l = static_cast<Landed*>(p);
+    GpuUring* self = l->self;
+    l->done(l->arg);
+    delete l;
+    std::lock_guard lock(self->mu_);
+    if (--self->in_flight_ == 0) self->cv_.notify_all();
+  };
+  {
+    std::lock_guard lock(mu_);
+    if (in_flight_++ == 0) cv_.notify_all();
+  }
+  wake_idle();  // the kernel may run at once: have the rings' threads awake for it
+  auto* l = new Landed{this, done, arg};
+  try {
+    driver_->load_layer(stream, a, landed, l);
+  } catch (...) {
+    delete l;
+    std::lock_guard lock(mu_);
+    if (--in_flight_ == 0) cv_.notify_all();
+    throw;
+  }
+}
+
+void GpuUring::wake_idle() {
+  for (auto& r : rings_)
+    if (IO_URING_READ_ONCE(*r->sq.kflags) & IORING_SQ_NEED_WAKEUP)
+      io_uring_enter(static_cast<unsigned>(r->ring_fd), 0, 0, IORING_ENTER_SQ_WAKEUP, nullptr);
+}
+
+void GpuUring::run_waker() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || in_flight_ > 0; });
+    if (stop_) return;
+    lock.unlock();
+    wake_idle();
+    std::this_thread::sleep_for(kWakerPeriod);
+    lock.lock();
+  }
+}
+
+}  // namespace tutti
