@@ -16,6 +16,7 @@
 #include "common/error.hpp"
 #include "common/fd.hpp"
 #include "datapath/backend.hpp"
+#include "kernels/sqe.hpp"
 
 namespace tutti {
 namespace {
@@ -71,21 +72,19 @@ class Ring {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     const int fd = fixed_files_ ? static_cast<int>(op->file) : fds_[op->file];
     const uint64_t off = op->offset + op->done;
-    if (op->buf_index >= 0 && fixed_buffers_ && op->iov == nullptr) {
-      void* p = op->buf + op->done;
-      unsigned len = static_cast<unsigned>(op->length - op->done);
-      if (op->write)
-        io_uring_prep_write_fixed(sqe, fd, p, len, off, op->buf_index);
-      else
-        io_uring_prep_read_fixed(sqe, fd, p, len, off, op->buf_index);
-    } else {
-      remaining_iovecs(*op);
-      unsigned cnt = static_cast<unsigned>(std::min<size_t>(op->rest.size(), IOV_MAX));
-      if (op->write)
-        io_uring_prep_writev(sqe, fd, op->rest.data(), cnt, off);
-      else
-        io_uring_prep_readv(sqe, fd, op->rest.data(), cnt, off);
+    if (op->buf_index >= 0 && fixed_buffers_ && fixed_files_ && op->iov == nullptr) {
+      // The same SQE the GPU producer writes (kernels/sqe.hpp).
+      *sqe = gpu::fixed_rw_sqe(op->write, op->file, reinterpret_cast<uint64_t>(op->buf + op->done),
+                               static_cast<uint32_t>(op->length - op->done), off,
+                               static_cast<uint16_t>(op->buf_index), reinterpret_cast<uint64_t>(op));
+      return;
     }
+    remaining_iovecs(*op);
+    unsigned cnt = static_cast<unsigned>(std::min<size_t>(op->rest.size(), IOV_MAX));
+    if (op->write)
+      io_uring_prep_writev(sqe, fd, op->rest.data(), cnt, off);
+    else
+      io_uring_prep_readv(sqe, fd, op->rest.data(), cnt, off);
     if (fixed_files_) sqe->flags |= IOSQE_FIXED_FILE;
     io_uring_sqe_set_data(sqe, op);
   }
