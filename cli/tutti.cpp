@@ -2,6 +2,7 @@
 // layer-wise load of a synthetic KV cache against the raw device, `fsck` and `stats` inspect a
 // pool. bench drives the public C ABI, exactly as an engine would.
 #include <liburing.h>
+#include <dirent.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -40,7 +41,10 @@ const char* kUsage =
     "  info                 version, build features, and which backends work here (and why not)\n"
     "  bench [options]      store a synthetic KV cache, load it back layer by layer, verify every\n"
     "                       byte, and compare with the raw O_DIRECT bandwidth of the same pool file\n"
-    "                       (1 MiB I/Os, 4 io_uring threads x 32 in flight, measured in every run)\n"
+    "                       (1 MiB I/Os, 4 io_uring threads x 32 in flight, 16 threads on tmpfs,\n"
+    "                       measured in every run). CPU columns, per layer: cpu = the calling\n"
+    "                       (engine) thread, io cpu = the whole process, sched = tutti's scheduler\n"
+    "                       and waker threads, sqpoll = io_uring SQPOLL threads (gpu-uring)\n"
     "  fsck POOL... [--repair]\n"
     "                       check superblocks, commit records and every layer checksum;\n"
     "                       --repair drops the records of chunks that fail\n"
@@ -90,6 +94,38 @@ double process_cpu_s() {
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
          static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+// CPU time of this process's threads by kind, from /proc/self/task/*/schedstat (nanoseconds on
+// a CPU): the scheduler and gpu-uring waker (tutti-sched, tutti-waker) and io_uring's SQPOLL
+// threads (iou-sqp-*). Threads that exit between two samples are not counted.
+struct ThreadCpu {
+  double sched = 0, sqpoll = 0;
+};
+ThreadCpu thread_cpu_by_kind() {
+  ThreadCpu out;
+  DIR* d = ::opendir("/proc/self/task");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string task = std::string("/proc/self/task/") + e->d_name;
+    char comm[32] = {}, stat[128] = {};
+    FILE* f = std::fopen((task + "/comm").c_str(), "r");
+    if (!f) continue;
+    bool got = std::fgets(comm, sizeof comm, f) != nullptr;
+    std::fclose(f);
+    f = std::fopen((task + "/schedstat").c_str(), "r");
+    if (!f) continue;
+    got = got && std::fgets(stat, sizeof stat, f) != nullptr;
+    std::fclose(f);
+    if (!got) continue;
+    const double sec = std::strtod(stat, nullptr) * 1e-9;
+    const std::string name(comm);
+    if (name.rfind("tutti-sched", 0) == 0 || name.rfind("tutti-waker", 0) == 0) out.sched += sec;
+    else if (name.rfind("iou-sqp", 0) == 0) out.sqpoll += sec;
+  }
+  ::closedir(d);
+  return out;
 }
 
 int die(const char* what, int rc) {
@@ -246,19 +282,25 @@ struct Row {
   bool direct = false;
   uint64_t bytes = 0;
   double seconds = 0, gbps = 0, ratio = 0, cpu_us_layer = 0, io_cpu_us_layer = 0, ios_layer = 0;
+  double sched_us_layer = 0, sqpoll_us_layer = 0;
   bool verified = false;
   bool has_cpu = false;
 };
 
 // Raw O_DIRECT bandwidth of a byte range of the pool file, the device figure every ratio refers
 // to: 1 MiB I/Os from 4 threads with an io_uring ring each, 32 in flight per ring (128 in all),
-// writes followed by one fdatasync. Plain sequential I/O with no KV logic at all.
-double raw_bandwidth(const std::string& path, uint64_t offset, uint64_t bytes, bool write) {
+// writes followed by one fdatasync. Plain sequential I/O with no KV logic at all. `threads`
+// receives how many threads it used.
+double raw_bandwidth(const std::string& path, uint64_t offset, uint64_t bytes, bool write, unsigned* threads = nullptr) {
   tutti::Fd fd(::open(path.c_str(), (write ? O_WRONLY : O_RDONLY) | O_DIRECT | O_CLOEXEC));
-  if (!fd) fd = tutti::Fd(::open(path.c_str(), (write ? O_WRONLY : O_RDONLY) | O_CLOEXEC));  // tmpfs
+  // tmpfs: no O_DIRECT, and each buffered copy runs in its submitting thread, so 16 threads.
+  const bool page_cache = !fd;
+  if (!fd) fd = tutti::Fd(::open(path.c_str(), (write ? O_WRONLY : O_RDONLY) | O_CLOEXEC));
   if (!fd) return 0;
   constexpr uint64_t kIo = 1 << 20;
-  constexpr unsigned kThreads = 4, kDepth = 32;
+  constexpr unsigned kDepth = 32;
+  const unsigned kThreads = page_cache ? 16 : 4;
+  if (threads) *threads = kThreads;
   const uint64_t count = (bytes + kIo - 1) / kIo;
   std::atomic<uint64_t> next{0};
   std::atomic<bool> ok{true};
@@ -301,9 +343,9 @@ double raw_bandwidth(const std::string& path, uint64_t offset, uint64_t bytes, b
     }
   };
   double t0 = now_s();
-  std::vector<std::thread> threads;
-  for (unsigned t = 0; t < kThreads; ++t) threads.emplace_back(worker, t);
-  for (auto& t : threads) t.join();
+  std::vector<std::thread> workers;
+  for (unsigned t = 0; t < kThreads; ++t) workers.emplace_back(worker, t);
+  for (auto& t : workers) t.join();
   if (write) ::fdatasync(fd.get());
   double t = now_s() - t0;
   for (auto& r : rings) io_uring_queue_exit(&r);
@@ -315,20 +357,23 @@ void print_row(const BenchArgs& a, const Row& r) {
     std::printf(
         "{\"run\":%zu,\"bench\":\"%s\",\"backend\":\"%s\",\"io_mode\":\"%s\",\"memory\":\"%s\",\"direct\":%s,\"model\":\"%s\",\"tokens\":%zu,"
         "\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.3f,\"ratio_to_raw\":%.3f,\"cpu_us_per_layer\":%s,"
-        "\"io_cpu_us_per_layer\":%s,\"ios_per_layer\":%s,\"verified\":%s}\n",
+        "\"io_cpu_us_per_layer\":%s,\"sched_cpu_us_per_layer\":%s,\"sqpoll_cpu_us_per_layer\":%s,"
+        "\"ios_per_layer\":%s,\"verified\":%s}\n",
         r.run, r.bench.c_str(), r.backend.c_str(), r.io_mode.c_str(), a.cuda ? "cuda" : "host", r.direct ? "true" : "false",
         a.model->name, a.tokens,
         r.bytes, r.seconds, r.gbps, r.ratio, r.has_cpu ? std::to_string(r.cpu_us_layer).c_str() : "null",
         r.has_cpu ? std::to_string(r.io_cpu_us_layer).c_str() : "null",
+        r.has_cpu ? std::to_string(r.sched_us_layer).c_str() : "null",
+        r.has_cpu ? std::to_string(r.sqpoll_us_layer).c_str() : "null",
         r.has_cpu ? std::to_string(r.ios_layer).c_str() : "null", r.verified ? "true" : "false");
   } else {
     if (!r.has_cpu)
-      std::printf("%-10s %-7s %-20s %8.2f %7.2f %12s %14s %10s %s\n", r.bench.c_str(), r.backend.c_str(), r.io_mode.c_str(),
-                  r.gbps, r.ratio, "-", "-", "-", "-");
+      std::printf("%-10s %-9s %-20s %8.2f %7.2f %12s %14s %14s %15s %10s %s\n", r.bench.c_str(), r.backend.c_str(),
+                  r.io_mode.c_str(), r.gbps, r.ratio, "-", "-", "-", "-", "-", "-");
     else
-      std::printf("%-10s %-7s %-20s %8.2f %7.2f %12.1f %14.1f %10.0f %s\n", r.bench.c_str(), r.backend.c_str(),
-                  r.io_mode.c_str(), r.gbps, r.ratio, r.cpu_us_layer, r.io_cpu_us_layer, r.ios_layer,
-                  r.verified ? "yes" : "NO");
+      std::printf("%-10s %-9s %-20s %8.2f %7.2f %12.1f %14.1f %14.1f %15.1f %10.0f %s\n", r.bench.c_str(),
+                  r.backend.c_str(), r.io_mode.c_str(), r.gbps, r.ratio, r.cpu_us_layer, r.io_cpu_us_layer,
+                  r.sched_us_layer, r.sqpoll_us_layer, r.ios_layer, r.verified ? "yes" : "NO");
   }
   std::fflush(stdout);
 }
@@ -354,6 +399,7 @@ struct RunResult {
 struct RawFigures {
   double read = 0, write = 0;
   uint64_t bytes = 0;
+  unsigned threads = 0;
 };
 
 RunResult run_once(const BenchArgs& a, KvCache& kv, const std::string& backend, const char* io_mode, RawFigures* raw) {
@@ -395,7 +441,7 @@ RunResult run_once(const BenchArgs& a, KvCache& kv, const std::string& backend, 
   out.data_bytes = chunks * shape.slot_bytes();
   progress(a, "  " + backend + " " + io_mode + ": raw write...");
   raw_bandwidth(out.path, out.data_offset, out.data_bytes, true);
-  raw->write = raw_bandwidth(out.path, out.data_offset, out.data_bytes, true);
+  raw->write = raw_bandwidth(out.path, out.data_offset, out.data_bytes, true, &raw->threads);
   raw->bytes = out.data_bytes;
 
   // Requests: the prompt split into `requests` equal prompts (distinct token ids), each with
@@ -418,6 +464,7 @@ RunResult run_once(const BenchArgs& a, KvCache& kv, const std::string& backend, 
     tutti_stats s0{}, s1{};
     s0.struct_size = s1.struct_size = sizeof(tutti_stats);
     tutti_runtime_stats(rt, &s0);
+    const ThreadCpu k0 = thread_cpu_by_kind();
     double p0 = process_cpu_s(), t0 = now_s();
     double c0 = thread_cpu_s();
     tutti_batch* b = nullptr;
@@ -428,6 +475,7 @@ RunResult run_once(const BenchArgs& a, KvCache& kv, const std::string& backend, 
     if (!r) r = tutti_batch_wait(b);
     double c1 = thread_cpu_s();
     double t1 = now_s(), p1 = process_cpu_s();
+    const ThreadCpu k1 = thread_cpu_by_kind();
     tutti_runtime_stats(rt, &s1);
     size_t moved = 0;
     for (size_t i = 0; i < reqs.size() && !r; ++i) {
@@ -446,6 +494,8 @@ RunResult run_once(const BenchArgs& a, KvCache& kv, const std::string& backend, 
     row.gbps = static_cast<double>(row.bytes) / row.seconds / 1e9;
     row.cpu_us_layer = (c1 - c0) * 1e6 / m.layers;
     row.io_cpu_us_layer = (p1 - p0) * 1e6 / m.layers;
+    row.sched_us_layer = (k1.sched - k0.sched) * 1e6 / m.layers;
+    row.sqpoll_us_layer = (k1.sqpoll - k0.sqpoll) * 1e6 / m.layers;
     row.ios_layer = static_cast<double>(s1.ios - s0.ios) / m.layers;
     row.has_cpu = true;
     return 0;
@@ -592,8 +642,8 @@ int cmd_bench(int argc, char** argv) {
     std::printf("tutti bench: %s (%u layers, %u kv heads, head dim %u), %zu tokens in %zu request(s), KV %s in %s, pool %s\n",
                 m.name, m.layers, m.heads, m.head_dim, a.tokens, a.requests, format_bytes(kv.bytes()).c_str(),
                 a.cuda ? "CUDA device 0" : "host memory", a.pool.c_str());
-    std::printf("%-10s %-7s %-20s %8s %7s %12s %14s %10s %s\n", "bench", "backend", "io_mode", "GB/s", "x raw",
-                "cpu us/layer", "io cpu us/layer", "I/Os/layer", "verified");
+    std::printf("%-10s %-9s %-20s %8s %7s %12s %14s %14s %15s %10s %s\n", "bench", "backend", "io_mode", "GB/s", "x raw",
+                "cpu us/layer", "io cpu us/layer", "sched us/layer", "sqpoll us/layer", "I/Os/layer", "verified");
   }
 
   std::vector<std::pair<std::string, const char*>> runs;
@@ -611,7 +661,7 @@ int cmd_bench(int argc, char** argv) {
       row.run = i + 1;
       row.bench = name;
       row.backend = "raw";
-      row.io_mode = "1MiB-4x32";
+      row.io_mode = "1MiB-" + std::to_string(raw.threads) + "x32";
       row.bytes = raw.bytes;
       row.gbps = gbps;
       row.seconds = gbps > 0 ? static_cast<double>(raw.bytes) / gbps / 1e9 : 0;

@@ -1,4 +1,5 @@
 #include "datapath/gpu_uring.hpp"
+#include "common/thread_name.hpp"
 
 #include <liburing.h>
 
@@ -129,6 +130,7 @@ void GpuUring::wake_idle() {
 }
 
 void GpuUring::run_waker() {
+  name_this_thread("tutti-waker");
   std::unique_lock lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || in_flight_ > 0; });

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/thread_name.hpp"
 #include "datapath/backend.hpp"
 
 namespace tutti {
@@ -43,6 +44,7 @@ class PosixBackend final : public Backend {
 
  private:
   void run() {
+    name_this_thread("tutti-posix");
     for (;;) {
       IoOp* op;
       {

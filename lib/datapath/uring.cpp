@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/thread_name.hpp"
 #include "common/fd.hpp"
 #include "datapath/backend.hpp"
 #include "kernels/sqe.hpp"
@@ -90,6 +91,7 @@ class Ring {
   }
 
   void run() {
+    name_this_thread("tutti-uring");
     std::vector<IoOp*> todo;
     size_t next = 0;
     unsigned inflight = 0;

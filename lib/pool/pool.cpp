@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <linux/magic.h>
 #include <sys/file.h>
+#include <sys/vfs.h>
 #include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -50,6 +52,8 @@ PoolFile open_file(const std::string& path, bool create) {
   }
   if (fd < 0) fail_errno(errno, "cannot open pool file " + path);
   f.fd = Fd(fd);
+  struct statfs fs;
+  f.in_memory = ::fstatfs(fd, &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC);
   // A runtime that just died may hold the lock a moment longer: its io_uring rings are torn
   // down asynchronously. Give it a second before calling the pool busy.
   for (int tries = 0; ::flock(fd, LOCK_EX | LOCK_NB) != 0; ++tries) {

@@ -24,7 +24,8 @@ struct PoolOptions {
 struct PoolFile {
   std::string path;
   Fd fd;
-  bool direct = true;  // opened with O_DIRECT (tmpfs cannot, and then reads are buffered)
+  bool direct = true;      // opened with O_DIRECT (older tmpfs cannot, and then reads are buffered)
+  bool in_memory = false;  // on tmpfs or ramfs: every read is a copy by the CPU that issues it
 };
 
 class Pool {

@@ -12,7 +12,7 @@ const std::vector<OptionInfo>& option_table() {
       {"pool", "./tutti.pool", "pool file URI (file:///path?size=64G or a path); repeat, or comma-separate in TUTTI_POOL, to stripe"},
       {"capacity", "8G", "total size of newly created pool files without ?size="},
       {"chunk_tokens", "256", "tokens per stored chunk (a multiple of the block size)"},
-      {"backend", "auto", "auto | uring | posix | gpu-uring (auto: uring, or posix for pools without O_DIRECT)"},
+      {"backend", "auto", "auto | uring | posix | gpu-uring (auto: uring, or posix for pools on tmpfs)"},
       {"namespace", "", "salt mixed into every chunk key"},
       {"io_mode", "object", "object | per-block-baseline (one I/O per block and K/V; for comparison only)"},
       {"direct_to_blocks", "auto", "auto | on | off: vectored I/O straight between pool and KV blocks"},

@@ -78,12 +78,13 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   bc.rings = cfg_.rings;
   bc.queue_depth = cfg_.queue_depth;
   bc.threads = cfg_.threads;
-  // io_uring copies buffered reads (tmpfs pools, which refuse O_DIRECT) inline in its ring
-  // threads. Measured loading 16K Llama-3-8B tokens from /dev/shm on 2 cores: posix 8.9 and
-  // 13.4 GB/s, uring 7.3 and 6.2 with twice the CPU. So auto takes posix for such pools.
+  // io_uring copies reads from tmpfs pools (O_DIRECT or not) inline in its ring threads.
+  // Measured loading Llama-3-8B KV from /dev/shm: on 2 cores (16K tokens) posix 8.9 and
+  // 13.4 GB/s, uring 7.3 and 6.2 with twice the CPU; on the H200 machine (32K tokens, into
+  // HBM) posix 36.7, uring 26.5. So auto takes posix for such pools.
   if (cfg_.backend == "auto")
     for (size_t i = 0; i < pool->files(); ++i)
-      if (!pool->file(i).direct) backend_name_ = "posix";
+      if (!pool->file(i).direct || pool->file(i).in_memory) backend_name_ = "posix";
   // gpu-uring drives loads; stores take the CPU producer, which checksums as it writes.
   auto backend = make_backend(gpu_uring ? "uring" : backend_name_.load(), bc);
   std::unique_ptr<GpuUring> gu;

@@ -400,7 +400,7 @@ void Batch::plan_gpu_loads() {
   const Geometry& g = rt_->pool().geometry();
   for (size_t i = 0; i < n; ++i) {
     const Extent e = g.layer_extent(items_[i].slot, 0);
-    chunks[i] = gpu::IoChunk{e.offset, e.file, rt_->pool().file(e.file).direct ? 0u : 1u};
+    chunks[i] = gpu::IoChunk{e.offset, e.file, rt_->pool().file(e.file).in_memory ? 1u : 0u};
   }
   gpu_chunks_ = dev;
   gpu_sets_.resize(sets);

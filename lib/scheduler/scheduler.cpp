@@ -1,4 +1,5 @@
 #include "scheduler/scheduler.hpp"
+#include "common/thread_name.hpp"
 
 #include "scheduler/batch.hpp"
 
@@ -54,6 +55,7 @@ Batch* Scheduler::pick(unsigned* layer) {
 }
 
 void Scheduler::run() {
+  name_this_thread("tutti-sched");
   std::unique_lock lock(mu_);
   for (;;) {
     if (!commits_.empty()) {
