@@ -3,6 +3,8 @@
 // pool. bench drives the public C ABI, exactly as an engine would.
 #include <liburing.h>
 #include <dirent.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -41,8 +43,8 @@ const char* kUsage =
     "  info                 version, build features, and which backends work here (and why not)\n"
     "  bench [options]      store a synthetic KV cache, load it back layer by layer, verify every\n"
     "                       byte, and compare with the raw O_DIRECT bandwidth of the same pool file\n"
-    "                       (1 MiB I/Os, 4 io_uring threads x 32 in flight, 16 threads on tmpfs,\n"
-    "                       measured in every run). CPU columns, per layer: cpu = the calling\n"
+    "                       (1 MiB I/Os, 4 io_uring threads x 32 in flight; on tmpfs one per core,\n"
+    "                       up to 16, measured in every run). CPU columns, per layer: cpu = the calling\n"
     "                       (engine) thread, io cpu = the whole process, sched = tutti's scheduler\n"
     "                       and waker threads, sqpoll = io_uring SQPOLL threads (gpu-uring)\n"
     "  fsck POOL... [--repair]\n"
@@ -128,6 +130,15 @@ ThreadCpu thread_cpu_by_kind() {
   return out;
 }
 
+// Is the directory of this pool URI on tmpfs (where the dram backend can keep it)?
+bool on_tmpfs(const std::string& pool) {
+  std::string dir = tutti::parse_pool_uri(pool).path;
+  const size_t slash = dir.rfind('/');
+  dir = slash == std::string::npos ? "." : slash == 0 ? "/" : dir.substr(0, slash);
+  struct statfs fs;
+  return ::statfs(dir.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC;
+}
+
 int die(const char* what, int rc) {
   std::fprintf(stderr, "tutti: %s: %s (%s)\n", what, tutti_strerror(rc), tutti_last_error());
   return 2;
@@ -150,7 +161,7 @@ int cmd_info() {
                                                 : ("unusable: " + gwhy).c_str());
   std::printf("  cufile     not built yet\n");
   std::printf("  nvme       not in this build (needs the tutti kernel module)\n");
-  std::printf("  dram       not built yet\n");
+  std::printf("  dram       works for pools on tmpfs (/dev/shm): mapped; CUDA memory: copy kernels, no I/O\n");
   std::printf("auto picks: %s\n", why.empty() ? "uring" : "posix");
   std::printf("options (each also from TUTTI_<KEY>):\n");
   for (auto& o : tutti::option_table())
@@ -293,13 +304,14 @@ struct Row {
 // receives how many threads it used.
 double raw_bandwidth(const std::string& path, uint64_t offset, uint64_t bytes, bool write, unsigned* threads = nullptr) {
   tutti::Fd fd(::open(path.c_str(), (write ? O_WRONLY : O_RDONLY) | O_DIRECT | O_CLOEXEC));
-  // tmpfs: no O_DIRECT, and each buffered copy runs in its submitting thread, so 16 threads.
-  const bool page_cache = !fd;
+  // tmpfs (with or without O_DIRECT): each copy runs in its submitting thread, so a thread per
+  // core, up to 16.
+  const bool page_cache = !fd || on_tmpfs(path);
   if (!fd) fd = tutti::Fd(::open(path.c_str(), (write ? O_WRONLY : O_RDONLY) | O_CLOEXEC));
   if (!fd) return 0;
   constexpr uint64_t kIo = 1 << 20;
   constexpr unsigned kDepth = 32;
-  const unsigned kThreads = page_cache ? 16 : 4;
+  const unsigned kThreads = page_cache ? std::clamp(std::thread::hardware_concurrency(), 4u, 16u) : 4;
   if (threads) *threads = kThreads;
   const uint64_t count = (bytes + kIo - 1) / kIo;
   std::atomic<uint64_t> next{0};
@@ -634,6 +646,7 @@ int cmd_bench(int argc, char** argv) {
     if (a.cuda && tutti::gpu_uring_unavailable_reason().empty()) a.backends.push_back("gpu-uring");
     if (tutti::uring_unavailable_reason().empty()) a.backends.push_back("uring");
     a.backends.push_back("posix");
+    if (on_tmpfs(a.pool)) a.backends.push_back("dram");  // a pool in memory
   }
 
   const Model& m = *a.model;

@@ -195,12 +195,12 @@ void Device::host_free(void* p) {
 }
 
 void Device::scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
-                     void (*done)(void*), void* arg) {
+                     void (*done)(void*), void* arg, uint64_t status) {
   Guard g(ordinal_);
   auto s = static_cast<cudaStream_t>(stream_);
   if (n)
     launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), reinterpret_cast<const ChunkCopy*>(chunks), n,
-                 reinterpret_cast<const int32_t*>(ids));
+                 reinterpret_cast<const int32_t*>(ids), reinterpret_cast<const int32_t*>(status));
   check(cudaLaunchHostFunc(s, done, arg), "cudaLaunchHostFunc");
 }
 

@@ -57,8 +57,9 @@ class Device {
 
   // Staging -> blocks for `n` chunks of one layer, then done(arg) on a CUDA thread. One launch.
   // `chunks` and `ids` are device-visible addresses (host_alloc).
+  // A chunk whose int32 in `status` (device-visible, optional) is not 0 is left alone.
   void scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
-               void (*done)(void*), void* arg);
+               void (*done)(void*), void* arg, uint64_t status = 0);
   // The same on a caller's stream, skipping chunks whose int32 `status` (device-visible) is not 0.
   void scatter_on(void* stream, const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
                   uint64_t status);

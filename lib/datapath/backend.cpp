@@ -33,12 +33,13 @@ std::string resolve_backend(const std::string& name) {
     if (name == "uring") fail(TUTTI_EUNSUPPORTED, "backend uring: " + why);
     return "posix";
   }
+  if (name == "dram") return name;  // its pool must be on tmpfs: checked when it is opened
   if (name == "gpu-uring") {
     std::string why = gpu_uring_unavailable_reason();
     if (!why.empty()) fail(TUTTI_EUNSUPPORTED, "backend gpu-uring: " + why);
     return name;
   }
-  fail(TUTTI_EINVAL, "unknown backend '" + name + "' (known: auto, uring, posix, gpu-uring)");
+  fail(TUTTI_EINVAL, "unknown backend '" + name + "' (known: auto, uring, posix, gpu-uring, dram)");
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendConfig& cfg) {

@@ -1,7 +1,9 @@
 // posix: a pool of threads doing preadv/pwritev. Works anywhere; each thread holds one I/O.
+// The same pool serves dram, whose "I/O" is a memcpy to or from the pool's mapping.
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -9,13 +11,14 @@
 
 #include "common/thread_name.hpp"
 #include "datapath/backend.hpp"
+#include "datapath/dram.hpp"
 
 namespace tutti {
 namespace {
 
 class PosixBackend final : public Backend {
  public:
-  explicit PosixBackend(const BackendConfig& cfg) : fds_(cfg.fds) {
+  explicit PosixBackend(const BackendConfig& cfg, const DramPool* dram = nullptr) : fds_(cfg.fds), dram_(dram) {
     unsigned n = cfg.threads ? cfg.threads : 1;
     for (unsigned i = 0; i < n; ++i) workers_.emplace_back([this] { run(); });
   }
@@ -28,8 +31,11 @@ class PosixBackend final : public Backend {
     for (auto& t : workers_) t.join();
   }
 
-  const char* name() const override { return "posix"; }
-  std::string describe() const override { return "posix: " + std::to_string(workers_.size()) + " threads, preadv/pwritev"; }
+  const char* name() const override { return dram_ ? "dram" : "posix"; }
+  std::string describe() const override {
+    return std::string(name()) + ": " + std::to_string(workers_.size()) + " threads, " +
+           (dram_ ? "memcpy with the mapped pool" : "preadv/pwritev");
+  }
 
   void submit(std::span<IoOp* const> ops) override {
     {
@@ -44,7 +50,7 @@ class PosixBackend final : public Backend {
 
  private:
   void run() {
-    name_this_thread("tutti-posix");
+    name_this_thread(dram_ ? "tutti-dram" : "tutti-posix");
     for (;;) {
       IoOp* op;
       {
@@ -60,6 +66,7 @@ class PosixBackend final : public Backend {
   }
 
   int64_t execute(IoOp& op) {
+    if (dram_) return copy(op);
     const int fd = fds_[op.file];
     op.done = 0;
     while (op.done < op.length) {
@@ -75,7 +82,22 @@ class PosixBackend final : public Backend {
     return static_cast<int64_t>(op.length);
   }
 
+  int64_t copy(IoOp& op) {
+    std::byte* at = dram_->host(op.file, op.offset);
+    op.done = 0;
+    remaining_iovecs(op);
+    for (const iovec& v : op.rest) {
+      if (op.write)
+        std::memcpy(at, v.iov_base, v.iov_len);
+      else
+        std::memcpy(v.iov_base, at, v.iov_len);
+      at += v.iov_len;
+    }
+    return static_cast<int64_t>(op.length);
+  }
+
   std::vector<int> fds_;
+  const DramPool* dram_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<IoOp*> queue_;
@@ -86,5 +108,8 @@ class PosixBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_posix_backend(const BackendConfig& cfg) { return std::make_unique<PosixBackend>(cfg); }
+std::unique_ptr<Backend> make_dram_backend(const BackendConfig& cfg, const DramPool& pool) {
+  return std::make_unique<PosixBackend>(cfg, &pool);
+}
 
 }  // namespace tutti

@@ -9,13 +9,14 @@ namespace tutti {
 Runtime::Runtime(Config cfg) : cfg_(std::move(cfg)) {
   TUTTI_EXPECT(!cfg_.pools.empty(), "no pool location given");
   const std::string b = resolve_backend(cfg_.backend);
-  backend_name_ = b == "gpu-uring" ? "gpu-uring" : b == "uring" ? "uring" : "posix";
+  backend_name_ = b == "gpu-uring" ? "gpu-uring" : b == "dram" ? "dram" : b == "uring" ? "uring" : "posix";
 }
 
 Runtime::~Runtime() {
   scheduler_.reset();  // drains queued batches
   gpu_uring_.reset();  // waits for the GPU's layers in flight
   backend_.reset();    // joins I/O threads
+  dram_.reset();       // unpins the mapped pool
   if (device_ && staging_) device_->unpin(staging_->arena());
 }
 
@@ -62,9 +63,14 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   auto stale = index->recover(pool->read_records(&torn_records_));
   pool->write_tombstones(stale);
 
-  // Staging buffers hold one I/O each: a chunk-layer extent, or one block's K or V.
+  const bool dram = std::string(backend_name_.load()) == "dram";
+  std::unique_ptr<DramPool> dram_pool;
+  if (dram) dram_pool = std::make_unique<DramPool>(*pool, device.get());
+
+  // Staging buffers hold one I/O each: a chunk-layer extent, or one block's K or V. The copy
+  // kernels of dram need none: they read and write the mapped pool itself.
   std::unique_ptr<Staging> staging;
-  if (!direct) {
+  if (!direct && !(dram && device)) {
     const uint64_t op_bytes =
         cfg_.io_mode == IoMode::kObject ? shape.layer_bytes() : shape.token_bytes() * binding->block_tokens();
     staging = std::make_unique<Staging>(std::max(cfg_.staging, op_bytes), op_bytes);
@@ -86,7 +92,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
     for (size_t i = 0; i < pool->files(); ++i)
       if (!pool->file(i).direct || pool->file(i).in_memory) backend_name_ = "posix";
   // gpu-uring drives loads; stores take the CPU producer, which checksums as it writes.
-  auto backend = make_backend(gpu_uring ? "uring" : backend_name_.load(), bc);
+  auto backend = dram ? make_dram_backend(bc, *dram_pool) : make_backend(gpu_uring ? "uring" : backend_name_.load(), bc);
   std::unique_ptr<GpuUring> gu;
   if (gpu_uring) gu = std::make_unique<GpuUring>(*device, bc);
 
@@ -95,6 +101,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   pool_ = std::move(pool);
   index_ = std::move(index);
   staging_ = std::move(staging);
+  dram_ = std::move(dram_pool);
   backend_ = std::move(backend);
   gpu_uring_ = std::move(gu);
   direct_ = direct;

@@ -11,6 +11,7 @@
 #include "binding/kv_binding.hpp"
 #include "binding/staging.hpp"
 #include "datapath/backend.hpp"
+#include "datapath/dram.hpp"
 #include "datapath/gpu_uring.hpp"
 #include "index/index.hpp"
 #include "kernels/device.hpp"
@@ -54,6 +55,7 @@ class Runtime {
   bool direct() const { return direct_; }  // vectored I/O straight into blocks
   gpu::Device* device() { return device_.get(); }  // the KV cache is in CUDA memory
   GpuUring* gpu_uring() { return gpu_uring_.get(); }  // loads are driven by the GPU
+  const DramPool* dram() const { return dram_.get(); }  // the pool is mapped memory
   Key root(const void* salt, size_t salt_len) const { return root_key(cfg_.ns, salt, salt_len); }
   uint64_t torn_records() const { return torn_records_; }
   uint64_t next_load_epoch() { return ++load_epoch_; }
@@ -67,6 +69,7 @@ class Runtime {
   std::unique_ptr<KvBinding> binding_;
   std::unique_ptr<gpu::Device> device_;
   std::unique_ptr<Staging> staging_;
+  std::unique_ptr<DramPool> dram_;  // outlives the backend, whose threads copy from it
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<GpuUring> gpu_uring_;
   std::unique_ptr<Scheduler> scheduler_;  // last: stopped first

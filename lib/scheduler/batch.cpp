@@ -169,16 +169,20 @@ void Batch::submit() {
   if (gpu::Device* dev = rt_->device()) {
     size_t chunks = 0;
     for (const Request& q : reqs_) chunks += q.keys.size();
-    TUTTI_EXPECT(!is_load() || chunks <= rt_->staging().count(),
+    TUTTI_EXPECT(!is_load() || rt_->dram() || chunks <= rt_->staging().count(),
                  "a load into CUDA memory stages a whole layer: " + std::to_string(chunks) +
                      " chunks need staging >= " + std::to_string(chunks * rt_->staging().buffer_bytes()) +
                      " bytes (option staging / TUTTI_STAGING)");
     const size_t ids_bytes = align_up(chunks * kv.blocks_per_chunk() * sizeof(int32_t), 16);
-    pinned_ = dev->host_alloc(ids_bytes + size_t{layers_} * chunks * sizeof(gpu::ChunkCopy), &pinned_dev_);
+    const size_t copies_bytes = size_t{layers_} * chunks * sizeof(gpu::ChunkCopy);
+    const size_t status_bytes = rt_->dram() ? size_t{layers_} * chunks * sizeof(int32_t) : 0;
+    pinned_ = dev->host_alloc(ids_bytes + copies_bytes + status_bytes, &pinned_dev_);
     ids_dev_ = pinned_dev_;
     copies_ = reinterpret_cast<gpu::ChunkCopy*>(static_cast<std::byte*>(pinned_) + ids_bytes);
     copies_dev_ = pinned_dev_ + ids_bytes;
     copies_stride_ = chunks;
+    status_ = reinterpret_cast<int32_t*>(static_cast<std::byte*>(pinned_) + ids_bytes + copies_bytes);
+    status_dev_ = pinned_dev_ + ids_bytes + copies_bytes;
   }
   // Plan: pin what we load, claim slots for what we store. Planning a request stops at its
   // first failed chunk; finish() marks the rest.
@@ -254,6 +258,7 @@ void Batch::submit() {
 
 void Batch::issue_layer(uint32_t layer) {
   if (is_load() && rt_->gpu_uring()) return issue_layer_gpu(layer);
+  if (rt_->dram() && rt_->device()) return issue_layer_dram(layer);
   const Shape& s = rt_->binding().shape();
   const KvBinding& kv = rt_->binding();
   const Geometry& g = rt_->pool().geometry();
@@ -485,6 +490,77 @@ void Batch::gpu_layer_landed(uint32_t layer) {
   rt_->counters().bytes_read += ok * rt_->binding().shape().layer_bytes();
   layer_done(layer);
   release();
+}
+
+// ---- dram with CUDA memory ------------------------------------------------------------------
+
+// The copy kernels move the layer straight between the mapped pool and the blocks.
+void Batch::issue_layer_dram(uint32_t layer) {
+  const KvBinding& kv = rt_->binding();
+  const Shape& shape = kv.shape();
+  const Geometry& g = rt_->pool().geometry();
+  const DramPool& dram = *rt_->dram();
+  gpu::Device& dev = *rt_->device();
+  const size_t at = size_t{layer} * copies_stride_;
+  gpu::ChunkCopy* copies = copies_ + at;
+  int32_t* status = status_ + at;
+  const size_t n = items_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const Extent e = g.layer_extent(items_[i].slot, layer);
+    copies[i] = gpu::ChunkCopy{dram.device(e.file, e.offset), items_[i].first_block};
+    status[i] = items_[i].error.load();
+    if (is_load() && !status[i] && rt_->config().verify &&
+        XXH3_64bits(dram.host(e.file, e.offset), e.length) != rt_->index().layer_sums(items_[i].slot)[layer])
+      status[i] = TUTTI_ECORRUPT;
+  }
+  if (is_load()) {
+    outstanding_ += 1;  // held until the callback
+    auto landed = [](void* arg) {
+      auto* l = static_cast<Landed*>(arg);
+      Batch* b = l->batch;
+      const uint32_t layer = l->layer;
+      delete l;
+      const int32_t* status = b->status_ + size_t{layer} * b->copies_stride_;
+      uint64_t ok = 0;
+      for (size_t i = 0; i < b->items_.size(); ++i) {
+        int expected = 0;
+        if (status[i]) b->items_[i].error.compare_exchange_strong(expected, status[i]);
+        else ++ok;
+      }
+      b->rt_->counters().bytes_read += ok * b->rt_->binding().shape().layer_bytes();
+      b->layer_done(layer);
+      b->release();
+    };
+    auto* arg = new Landed{this, layer};
+    try {
+      dev.scatter(kv.copy_layout(), kv.k(layer), kv.v(layer), copies_dev_ + at * sizeof(gpu::ChunkCopy), n, ids_dev_,
+                  landed, arg, status_dev_ + at * sizeof(int32_t));
+    } catch (const Error& e) {
+      for (size_t i = 0; i < n; ++i) status[i] = e.code();
+      landed(arg);
+    }
+  } else {
+    try {
+      dev.gather(kv.copy_layout(), kv.k(layer), kv.v(layer), copies_dev_ + at * sizeof(gpu::ChunkCopy), n, ids_dev_);
+      // The padding after K and after V is checksummed: it must hold defined bytes.
+      const uint64_t pad = shape.v_offset() - shape.kv_bytes();
+      for (size_t i = 0; i < n; ++i) {
+        const Extent e = g.layer_extent(items_[i].slot, layer);
+        std::byte* p = dram.host(e.file, e.offset);
+        std::memset(p + shape.kv_bytes(), 0, pad);
+        std::memset(p + shape.v_offset() + shape.kv_bytes(), 0, pad);
+        items_[i].sums[layer] = XXH3_64bits(p, e.length);
+      }
+      rt_->counters().bytes_written += n * shape.layer_bytes();
+    } catch (const Error& e) {
+      for (Item& it : items_) {
+        int expected = 0;
+        it.error.compare_exchange_strong(expected, e.code());
+      }
+    }
+    layer_done(layer);
+  }
+  release();  // the issue hold
 }
 
 void Batch::release(uint64_t n) {

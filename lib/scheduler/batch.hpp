@@ -85,6 +85,7 @@ class Batch {
   void plan_gpu_loads();
   void issue_layer_gpu(uint32_t layer);
   void gpu_layer_landed(uint32_t layer);
+  void issue_layer_dram(uint32_t layer);
   void gather_on_device(std::vector<IoOp*>& group, size_t first);
   // Every path that may end the batch ends with release(): the batch is final (and may be
   // freed by its owner) only once no thread is inside any of its callbacks.
@@ -113,6 +114,8 @@ class Batch {
   gpu::ChunkCopy* copies_ = nullptr;
   uint64_t copies_dev_ = 0;
   size_t copies_stride_ = 0;
+  int32_t* status_ = nullptr;  // dram: per layer and item, 0 or why the chunk is not copied
+  uint64_t status_dev_ = 0;
   uint64_t epoch_ = 0;                     // CUDA memory: this load batch's number
   // gpu-uring: pinned descriptors (the items' extents, then per staging set its read targets,
   // scatter descriptors and statuses) and the staging of every set. Layer L uses set

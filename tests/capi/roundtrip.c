@@ -1,8 +1,12 @@
-/* roundtrip: store then load over random KV layouts, backends, io modes and direct/staged I/O. */
+/* roundtrip: store then load over random KV layouts, backends, io modes and direct/staged I/O.
+ * The dram cases keep their pool under /dev/shm. */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <linux/magic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -18,7 +22,7 @@ typedef struct rt_case {
   th_kv_spec spec;
 } rt_case;
 
-#define N_CASES 20
+#define N_CASES 26 /* the last 6 on the dram backend */
 static rt_case cases[N_CASES];
 
 static void make_cases(void) {
@@ -27,7 +31,7 @@ static void make_cases(void) {
   static const char* las[] = {"1", "2", "4"};
   for (int i = 0; i < N_CASES; i++) {
     rt_case* c = &cases[i];
-    c->backend = (i & 1) ? "posix" : "uring";
+    c->backend = i >= 20 ? "dram" : (i & 1) ? "posix" : "uring";
     c->io_mode = (i & 2) ? "per-block-baseline" : "object";
     /* direct_to_blocks: on (aligned NHD layouts only), off, auto */
     int d = (i >> 2) % 3;
@@ -96,7 +100,15 @@ static void test_roundtrip(void** state) {
   const char* extra[] = {"backend", c->backend, "io_mode", c->io_mode, "direct_to_blocks",
                          c->direct, "verify", c->verify, "lookahead", c->lookahead, NULL};
   tutti_runtime* rt = NULL;
-  int rc = th_open(&rt, env->dir, "64M", ct, extra, kv);
+  char shm[64] = "";
+  if (strcmp(c->backend, "dram") == 0) {
+    strcpy(shm, "/dev/shm/tutti-test-XXXXXX");
+    if (!mkdtemp(shm)) {
+      print_message("no /dev/shm here: %s\n", strerror(errno));
+      skip();
+    }
+  }
+  int rc = th_open(&rt, shm[0] ? shm : env->dir, "64M", ct, extra, kv);
   if (rc == TUTTI_EUNSUPPORTED && strcmp(c->backend, "uring") == 0) {
     print_message("io_uring unavailable: %s\n", tutti_last_error());
     th_kv_destroy(kv);
@@ -204,10 +216,31 @@ static void test_roundtrip(void** state) {
   TH_EQ(n, 1);
 
   tutti_runtime_close(rt);
+  if (shm[0]) th_rmtree(shm);
   th_kv_destroy(kv);
   th_blocks_free(&alloc);
   th_prompt_free(&p1);
   th_prompt_free(&p2);
+}
+
+/* dram keeps its pool in memory: a pool on a disk is refused with the reason. */
+static void test_dram_needs_tmpfs(void** state) {
+  th_env* env = *state;
+  struct statfs fs;
+  TH_OK(statfs(env->dir, &fs));
+  if (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC) {
+    print_message("%s is on tmpfs: nothing to refuse\n", env->dir);
+    skip();
+  }
+  th_kv_spec spec = th_spec_default();
+  th_kv* kv = NULL;
+  TH_OK(th_kv_create(&kv, &spec));
+  const char* extra[] = {"backend", "dram", NULL};
+  tutti_runtime* rt = NULL;
+  TH_EQ(th_open(&rt, env->dir, "64M", 32, extra, kv), TUTTI_EUNSUPPORTED);
+  assert_non_null(strstr(tutti_last_error(), "not on tmpfs"));
+  tutti_runtime_close(rt);
+  th_kv_destroy(kv);
 }
 
 /* wait_layer in any order (last layer first, then backwards, some twice) with lookahead 1
@@ -287,7 +320,7 @@ static void test_layout_init(void** state) {
 }
 
 int main(void) {
-  struct CMUnitTest tests[N_CASES + 2];
+  struct CMUnitTest tests[N_CASES + 3];
   if (th_require_pool() == TH_SKIP) return TH_SKIP;
   make_cases();
   tests[0] = (struct CMUnitTest)cmocka_unit_test(test_layout_init);
@@ -298,5 +331,7 @@ int main(void) {
         test_roundtrip, th_setup_dir, th_teardown_dir, &cases[i]);
     tests[i + 2].name = cases[i].name;
   }
-  return _cmocka_run_group_tests("roundtrip", tests, N_CASES + 2, NULL, NULL);
+  tests[N_CASES + 2] = (struct CMUnitTest)cmocka_unit_test_setup_teardown(
+      test_dram_needs_tmpfs, th_setup_dir, th_teardown_dir);
+  return _cmocka_run_group_tests("roundtrip", tests, N_CASES + 3, NULL, NULL);
 }

@@ -156,7 +156,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GpuRoundTrip,
                          ::testing::Values(Case{"uring", 0, false}, Case{"posix", 0, false}, Case{"uring", 1, false},
                                            Case{"uring", 0, true}, Case{"gpu-uring", 0, false},
                                            Case{"gpu-uring", 1, false}, Case{"gpu-uring", 0, false, true},
-                                           Case{"posix", 1, false, true}));
+                                           Case{"posix", 1, false, true}, Case{"dram", 0, false, true},
+                                           Case{"dram", 1, true, true}));
 
 // A CUDA graph that waits on every layer and then copies the layer out, captured once and
 // replayed against fresh loads of two different prompts: each replay must see its own bytes,
@@ -164,7 +165,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GpuRoundTrip,
 class GpuGraph : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GpuGraph, ReplayWaitsForEachLoad) {
-  Dir dir;
+  Dir dir(std::string(GetParam()) == "dram");
   const uint32_t layers = 3, blocks = 32, bt = 16;
   DeviceKv kv(layers, blocks, bt, 8, 128, 0, 11);
   tutti_runtime* rt = open_runtime(dir.path + "/pool", GetParam(), kv.layout);
@@ -233,7 +234,7 @@ TEST_P(GpuGraph, ReplayWaitsForEachLoad) {
   tutti_runtime_close(rt);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, GpuGraph, ::testing::Values("uring", "gpu-uring"));
+INSTANTIATE_TEST_SUITE_P(Backends, GpuGraph, ::testing::Values("uring", "gpu-uring", "dram"));
 
 // Reads that fail (the pool file cut short under the runtime) fail their chunks, and those
 // chunks' blocks are left as they were: no wrong bytes reach the KV cache.

@@ -1,0 +1,47 @@
+// dram: the pool kept in memory. Its files live on tmpfs (/dev/shm), so they outlive the process
+// but not a reboot, and are mapped into the process. With a KV cache in host memory the
+// backend's I/Os are memcpys from worker threads; with a KV cache in CUDA memory the mapping is
+// pinned for the GPU and the copy kernels move bytes straight between it and the blocks: no
+// I/O and no staging, one kernel per layer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "datapath/backend.hpp"
+#include "kernels/device.hpp"
+#include "pool/pool.hpp"
+
+namespace tutti {
+
+class DramPool {
+ public:
+  // Maps every pool file (throws EUNSUPPORTED unless all are on tmpfs or ramfs); pins the
+  // mappings for `dev` when given.
+  DramPool(const Pool& pool, gpu::Device* dev);
+  ~DramPool();
+  DramPool(const DramPool&) = delete;
+  DramPool& operator=(const DramPool&) = delete;
+
+  std::byte* host(uint32_t file, uint64_t offset) const { return maps_[file].host + offset; }
+  uint64_t device(uint32_t file, uint64_t offset) const { return maps_[file].device + offset; }
+  size_t files() const { return maps_.size(); }
+
+ private:
+  struct Map {
+    std::byte* host = nullptr;
+    uint64_t device = 0;
+    size_t bytes = 0;
+  };
+  void unmap();
+
+  std::vector<Map> maps_;
+  gpu::Device* dev_ = nullptr;
+};
+
+// The host-memory side: a pool of threads copying between the mapping and the ops' memory.
+std::unique_ptr<Backend> make_dram_backend(const BackendConfig& cfg, const DramPool& pool);
+
+}  // namespace tutti
