@@ -6,14 +6,25 @@
 
 namespace tutti {
 
-Staging::Staging(uint64_t budget, uint64_t buffer_bytes)
+uint64_t Staging::arena_bytes_for(uint64_t budget, uint64_t buffer_bytes) {
+  const uint64_t b = align_up(buffer_bytes, 4096);
+  return std::max<uint64_t>(1, budget / b) * b;
+}
+
+Staging::Staging(uint64_t budget, uint64_t buffer_bytes, std::byte* device)
     : buffer_bytes_(align_up(buffer_bytes, 4096)) {
   count_ = std::max<uint64_t>(1, budget / buffer_bytes_);
-  arena_ = AlignedBuffer(count_ * buffer_bytes_);
+  if (device) {
+    base_ = device;
+    device_base_ = reinterpret_cast<uint64_t>(device);
+  } else {
+    arena_ = AlignedBuffer(count_ * buffer_bytes_);
+    base_ = arena_.data();
+  }
   per_region_ = std::max<uint64_t>(1, (1ull << 30) / buffer_bytes_);
   for (size_t first = 0; first < count_; first += per_region_) {
     size_t n = std::min(per_region_, count_ - first);
-    regions_.push_back(iovec{arena_.data() + first * buffer_bytes_, n * buffer_bytes_});
+    regions_.push_back(iovec{base_ + first * buffer_bytes_, n * buffer_bytes_});
   }
   free_.reserve(count_);
   for (size_t i = count_; i-- > 0;) free_.push_back(static_cast<uint32_t>(i));
@@ -24,7 +35,7 @@ Staging::Buffer Staging::acquire() {
   cv_.wait(lock, [&] { return !free_.empty(); });
   uint32_t id = free_.back();
   free_.pop_back();
-  return Buffer{arena_.data() + uint64_t{id} * buffer_bytes_, static_cast<int>(id / per_region_), id};
+  return Buffer{base_ + uint64_t{id} * buffer_bytes_, static_cast<int>(id / per_region_), id};
 }
 
 bool Staging::try_acquire(Buffer* out) {
@@ -32,7 +43,7 @@ bool Staging::try_acquire(Buffer* out) {
   if (free_.empty()) return false;
   uint32_t id = free_.back();
   free_.pop_back();
-  *out = Buffer{arena_.data() + uint64_t{id} * buffer_bytes_, static_cast<int>(id / per_region_), id};
+  *out = Buffer{base_ + uint64_t{id} * buffer_bytes_, static_cast<int>(id / per_region_), id};
   return true;
 }
 

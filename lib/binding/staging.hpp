@@ -24,8 +24,11 @@ class Staging {
   };
 
   Staging() = default;
-  // `budget` bytes in buffers of `buffer_bytes` (at least one buffer).
-  Staging(uint64_t budget, uint64_t buffer_bytes);
+  // `budget` bytes in buffers of `buffer_bytes` (at least one buffer), in host memory of its
+  // own, or in `device` memory of arena_bytes_for(budget, buffer_bytes) that the caller owns
+  // (buffers then hold device pointers, never touched by the CPU).
+  Staging(uint64_t budget, uint64_t buffer_bytes, std::byte* device = nullptr);
+  static uint64_t arena_bytes_for(uint64_t budget, uint64_t buffer_bytes);
 
   Buffer acquire();                 // blocks until a buffer is free
   bool try_acquire(Buffer* out);
@@ -36,13 +39,14 @@ class Staging {
   // Regions to register with io_uring (each at most 1 GiB, whole buffers).
   const std::vector<iovec>& regions() const { return regions_; }
   // The whole arena, and where a GPU sees a buffer once the arena is pinned and mapped.
-  std::byte* arena() const { return arena_.data(); }
-  uint64_t arena_bytes() const { return arena_.size(); }
+  std::byte* arena() const { return base_; }
+  uint64_t arena_bytes() const { return count_ * buffer_bytes_; }
   void set_device_base(uint64_t base) { device_base_ = base; }
-  uint64_t device_address(const Buffer& b) const { return device_base_ + uint64_t(b.data - arena_.data()); }
+  uint64_t device_address(const Buffer& b) const { return device_base_ + uint64_t(b.data - base_); }
 
  private:
-  AlignedBuffer arena_;
+  AlignedBuffer arena_;  // host memory, unless the arena is device memory
+  std::byte* base_ = nullptr;
   uint64_t buffer_bytes_ = 0;
   size_t count_ = 0;
   size_t per_region_ = 1;

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -65,6 +66,12 @@ std::string resolve_backend(const std::string& name);
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendConfig& cfg);
 std::unique_ptr<Backend> make_posix_backend(const BackendConfig& cfg);
 std::unique_ptr<Backend> make_uring_backend(const BackendConfig& cfg);
+
+// A pool of cfg.threads threads, each running one op at a time through `transfer`, which moves
+// [op.done, op.length) and returns op.length or -errno.
+using Transfer = std::function<int64_t(IoOp&)>;
+std::unique_ptr<Backend> make_thread_backend(const BackendConfig& cfg, std::string name, std::string describe,
+                                             Transfer transfer);
 
 // Moves as much of [op.done, op.length) as one call can: the remainder as iovecs.
 void remaining_iovecs(IoOp& op);

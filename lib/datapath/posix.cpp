@@ -1,10 +1,11 @@
 // posix: a pool of threads doing preadv/pwritev. Works anywhere; each thread holds one I/O.
-// The same pool serves dram, whose "I/O" is a memcpy to or from the pool's mapping.
+// The same pool serves dram (memcpy with the mapped pool) and cufile (cuFileRead/Write): only
+// the transfer differs.
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -16,13 +17,14 @@
 namespace tutti {
 namespace {
 
-class PosixBackend final : public Backend {
+class ThreadPoolBackend final : public Backend {
  public:
-  explicit PosixBackend(const BackendConfig& cfg, const DramPool* dram = nullptr) : fds_(cfg.fds), dram_(dram) {
+  ThreadPoolBackend(const BackendConfig& cfg, std::string name, std::string describe, Transfer transfer)
+      : name_(std::move(name)), describe_(std::move(describe)), transfer_(std::move(transfer)) {
     unsigned n = cfg.threads ? cfg.threads : 1;
     for (unsigned i = 0; i < n; ++i) workers_.emplace_back([this] { run(); });
   }
-  ~PosixBackend() override {
+  ~ThreadPoolBackend() override {
     {
       std::lock_guard lock(mu_);
       stop_ = true;
@@ -31,10 +33,9 @@ class PosixBackend final : public Backend {
     for (auto& t : workers_) t.join();
   }
 
-  const char* name() const override { return dram_ ? "dram" : "posix"; }
+  const char* name() const override { return name_.c_str(); }
   std::string describe() const override {
-    return std::string(name()) + ": " + std::to_string(workers_.size()) + " threads, " +
-           (dram_ ? "memcpy with the mapped pool" : "preadv/pwritev");
+    return name_ + ": " + std::to_string(workers_.size()) + " threads, " + describe_;
   }
 
   void submit(std::span<IoOp* const> ops) override {
@@ -50,7 +51,7 @@ class PosixBackend final : public Backend {
 
  private:
   void run() {
-    name_this_thread(dram_ ? "tutti-dram" : "tutti-posix");
+    name_this_thread(("tutti-" + name_).c_str());
     for (;;) {
       IoOp* op;
       {
@@ -61,14 +62,30 @@ class PosixBackend final : public Backend {
         queue_.pop_front();
       }
       op->prepare();
-      op->complete(execute(*op));
+      op->done = 0;
+      op->complete(transfer_(*op));
     }
   }
 
-  int64_t execute(IoOp& op) {
-    if (dram_) return copy(op);
-    const int fd = fds_[op.file];
-    op.done = 0;
+  const std::string name_, describe_;
+  const Transfer transfer_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<IoOp*> queue_;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_thread_backend(const BackendConfig& cfg, std::string name, std::string describe,
+                                             Transfer transfer) {
+  return std::make_unique<ThreadPoolBackend>(cfg, std::move(name), std::move(describe), std::move(transfer));
+}
+
+std::unique_ptr<Backend> make_posix_backend(const BackendConfig& cfg) {
+  return make_thread_backend(cfg, "posix", "preadv/pwritev", [fds = cfg.fds](IoOp& op) -> int64_t {
+    const int fd = fds[op.file];
     while (op.done < op.length) {
       remaining_iovecs(op);
       int cnt = static_cast<int>(std::min<size_t>(op.rest.size(), IOV_MAX));
@@ -80,11 +97,12 @@ class PosixBackend final : public Backend {
       op.done += static_cast<uint64_t>(n);
     }
     return static_cast<int64_t>(op.length);
-  }
+  });
+}
 
-  int64_t copy(IoOp& op) {
-    std::byte* at = dram_->host(op.file, op.offset);
-    op.done = 0;
+std::unique_ptr<Backend> make_dram_backend(const BackendConfig& cfg, const DramPool& pool) {
+  return make_thread_backend(cfg, "dram", "memcpy with the mapped pool", [&pool](IoOp& op) -> int64_t {
+    std::byte* at = pool.host(op.file, op.offset);
     remaining_iovecs(op);
     for (const iovec& v : op.rest) {
       if (op.write)
@@ -94,22 +112,7 @@ class PosixBackend final : public Backend {
       at += v.iov_len;
     }
     return static_cast<int64_t>(op.length);
-  }
-
-  std::vector<int> fds_;
-  const DramPool* dram_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<IoOp*> queue_;
-  bool stop_ = false;
-  std::vector<std::thread> workers_;
-};
-
-}  // namespace
-
-std::unique_ptr<Backend> make_posix_backend(const BackendConfig& cfg) { return std::make_unique<PosixBackend>(cfg); }
-std::unique_ptr<Backend> make_dram_backend(const BackendConfig& cfg, const DramPool& pool) {
-  return std::make_unique<PosixBackend>(cfg, &pool);
+  });
 }
 
 }  // namespace tutti
