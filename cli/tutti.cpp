@@ -25,6 +25,7 @@
 #include "common/fd.hpp"
 #include "common/units.hpp"
 #include "datapath/backend.hpp"
+#include "datapath/cufile.hpp"
 #include "datapath/gpu_uring.hpp"
 #include "kernels/device.hpp"
 #include "pool/pool.hpp"
@@ -159,7 +160,9 @@ int cmd_info() {
   std::string gwhy = tutti::gpu_uring_unavailable_reason();
   std::printf("  gpu-uring  %s\n", gwhy.empty() ? "works (GPU-built SQEs, SQPOLL rings, GPU-polled completions; loads into CUDA memory)"
                                                 : ("unusable: " + gwhy).c_str());
-  std::printf("  cufile     not built yet\n");
+  std::string cwhy = tutti::cufile_unavailable_reason();
+  std::printf("  cufile     %s\n", cwhy.empty() ? ("works (cuFile, " + tutti::cufile_mode() + "; loads into CUDA memory)").c_str()
+                                                : ("unusable: " + cwhy).c_str());
   std::printf("  nvme       not in this build (needs the tutti kernel module)\n");
   std::printf("  dram       works for pools on tmpfs (/dev/shm): mapped; CUDA memory: copy kernels, no I/O\n");
   std::printf("auto picks: %s\n", why.empty() ? "uring" : "posix");
@@ -646,6 +649,7 @@ int cmd_bench(int argc, char** argv) {
     if (a.cuda && tutti::gpu_uring_unavailable_reason().empty()) a.backends.push_back("gpu-uring");
     if (tutti::uring_unavailable_reason().empty()) a.backends.push_back("uring");
     a.backends.push_back("posix");
+    if (a.cuda && tutti::cufile_unavailable_reason().empty()) a.backends.push_back("cufile");
     if (on_tmpfs(a.pool)) a.backends.push_back("dram");  // a pool in memory
   }
 

@@ -1,6 +1,7 @@
 #include "datapath/backend.hpp"
 
 #include "common/error.hpp"
+#include "datapath/cufile.hpp"
 #include "datapath/gpu_uring.hpp"
 
 namespace tutti {
@@ -33,13 +34,18 @@ std::string resolve_backend(const std::string& name) {
     if (name == "uring") fail(TUTTI_EUNSUPPORTED, "backend uring: " + why);
     return "posix";
   }
-  if (name == "dram") return name;  // its pool must be on tmpfs: checked when it is opened
+  if (name == "dram") return name;
+  if (name == "cufile") {
+    std::string why = cufile_unavailable_reason();
+    if (!why.empty()) fail(TUTTI_EUNSUPPORTED, "backend cufile: " + why);
+    return name;
+  }  // its pool must be on tmpfs: checked when it is opened
   if (name == "gpu-uring") {
     std::string why = gpu_uring_unavailable_reason();
     if (!why.empty()) fail(TUTTI_EUNSUPPORTED, "backend gpu-uring: " + why);
     return name;
   }
-  fail(TUTTI_EINVAL, "unknown backend '" + name + "' (known: auto, uring, posix, gpu-uring, dram)");
+  fail(TUTTI_EINVAL, "unknown backend '" + name + "' (known: auto, uring, posix, gpu-uring, cufile, dram)");
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendConfig& cfg) {

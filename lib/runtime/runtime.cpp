@@ -3,18 +3,24 @@
 #include <chrono>
 
 #include "common/error.hpp"
+#include "datapath/cufile.hpp"
 
 namespace tutti {
 
 Runtime::Runtime(Config cfg) : cfg_(std::move(cfg)) {
   TUTTI_EXPECT(!cfg_.pools.empty(), "no pool location given");
   const std::string b = resolve_backend(cfg_.backend);
-  backend_name_ = b == "gpu-uring" ? "gpu-uring" : b == "dram" ? "dram" : b == "uring" ? "uring" : "posix";
+  backend_name_ = b == "gpu-uring" ? "gpu-uring"
+                  : b == "cufile" ? "cufile"
+                  : b == "dram"   ? "dram"
+                  : b == "uring"  ? "uring"
+                                  : "posix";
 }
 
 Runtime::~Runtime() {
   scheduler_.reset();  // drains queued batches
   gpu_uring_.reset();  // waits for the GPU's layers in flight
+  load_backend_.reset();
   backend_.reset();    // joins I/O threads
   dram_.reset();       // unpins the mapped pool
   if (device_ && staging_) device_->unpin(staging_->arena());
@@ -30,11 +36,12 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   auto binding = std::make_unique<KvBinding>(layout, cfg_.chunk_tokens);
   const Shape& shape = binding->shape();
 
-  const bool gpu_uring = std::string(backend_name_.load()) == "gpu-uring";
-  TUTTI_EXPECT_CODE(!gpu_uring || binding->on_device(), TUTTI_EUNSUPPORTED,
-                    "backend gpu-uring loads into CUDA memory: register a KV cache with TUTTI_MEMORY_CUDA");
-  TUTTI_EXPECT_CODE(!gpu_uring || !cfg_.verify, TUTTI_EUNSUPPORTED,
-                    "backend gpu-uring hands no loaded byte to the CPU, so it cannot check checksums: use verify=0");
+  const std::string name = backend_name_.load();
+  const bool gpu_uring = name == "gpu-uring", cufile = name == "cufile";
+  TUTTI_EXPECT_CODE(!(gpu_uring || cufile) || binding->on_device(), TUTTI_EUNSUPPORTED,
+                    "backend " + name + " loads into CUDA memory: register a KV cache with TUTTI_MEMORY_CUDA");
+  TUTTI_EXPECT_CODE(!(gpu_uring || cufile) || !cfg_.verify, TUTTI_EUNSUPPORTED,
+                    "backend " + name + " hands no loaded byte to the CPU, so it cannot check checksums: use verify=0");
   std::unique_ptr<gpu::Device> device;
   if (binding->on_device()) {
     TUTTI_EXPECT_CODE(cfg_.io_mode == IoMode::kObject, TUTTI_EUNSUPPORTED,
@@ -92,7 +99,18 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
     for (size_t i = 0; i < pool->files(); ++i)
       if (!pool->file(i).direct || pool->file(i).in_memory) backend_name_ = "posix";
   // gpu-uring drives loads; stores take the CPU producer, which checksums as it writes.
-  auto backend = dram ? make_dram_backend(bc, *dram_pool) : make_backend(gpu_uring ? "uring" : backend_name_.load(), bc);
+  auto backend = dram ? make_dram_backend(bc, *dram_pool)
+                      : make_backend(gpu_uring || cufile ? "uring" : backend_name_.load(), bc);
+  // cufile: loads read into staging in HBM, then the copy kernel scatters from there.
+  std::unique_ptr<void, void (*)(void*)> load_arena{nullptr, gpu::free};
+  std::unique_ptr<Staging> load_staging;
+  std::unique_ptr<Backend> load_backend;
+  if (cufile) {
+    const uint64_t bytes = Staging::arena_bytes_for(std::max(cfg_.staging, shape.layer_bytes()), shape.layer_bytes());
+    load_arena.reset(gpu::alloc(binding->device(), bytes));
+    load_staging = std::make_unique<Staging>(bytes, shape.layer_bytes(), static_cast<std::byte*>(load_arena.get()));
+    load_backend = make_cufile_backend(bc, load_arena.get(), bytes);
+  }
   std::unique_ptr<GpuUring> gu;
   if (gpu_uring) gu = std::make_unique<GpuUring>(*device, bc);
 
@@ -103,6 +121,9 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   staging_ = std::move(staging);
   dram_ = std::move(dram_pool);
   backend_ = std::move(backend);
+  load_arena_ = std::move(load_arena);
+  load_staging_ = std::move(load_staging);
+  load_backend_ = std::move(load_backend);
   gpu_uring_ = std::move(gu);
   direct_ = direct;
   device_ = std::move(device);

@@ -50,6 +50,9 @@ class Runtime {
   const KvBinding& binding() const { return *binding_; }
   Backend& backend() { return *backend_; }
   Staging& staging() { return *staging_; }  // only when !direct()
+  // cufile loads have a backend and a staging (in HBM) of their own.
+  Backend& backend_for(bool load) { return load && load_backend_ ? *load_backend_ : *backend_; }
+  Staging& staging_for(bool load) { return load && load_staging_ ? *load_staging_ : *staging_; }
   Scheduler& scheduler() { return *scheduler_; }
   Counters& counters() { return counters_; }
   bool direct() const { return direct_; }  // vectored I/O straight into blocks
@@ -71,6 +74,9 @@ class Runtime {
   std::unique_ptr<Staging> staging_;
   std::unique_ptr<DramPool> dram_;  // outlives the backend, whose threads copy from it
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<void, void (*)(void*)> load_arena_{nullptr, gpu::free};  // HBM for load_staging_
+  std::unique_ptr<Staging> load_staging_;
+  std::unique_ptr<Backend> load_backend_;
   std::unique_ptr<GpuUring> gpu_uring_;
   std::unique_ptr<Scheduler> scheduler_;  // last: stopped first
   bool direct_ = false;

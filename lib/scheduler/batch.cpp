@@ -98,7 +98,7 @@ void LayerOp::complete(int64_t res) {
     }
   }
   // In CUDA memory, a load's staging is held until the layer's scatter kernel has run.
-  if (stage.data && (write || !kv.on_device())) b.rt_->staging().release(stage);
+  if (stage.data && (write || !kv.on_device())) b.rt_->staging_for(!write).release(stage);
   b.op_done(*this, res);
 }
 
@@ -169,9 +169,9 @@ void Batch::submit() {
   if (gpu::Device* dev = rt_->device()) {
     size_t chunks = 0;
     for (const Request& q : reqs_) chunks += q.keys.size();
-    TUTTI_EXPECT(!is_load() || rt_->dram() || chunks <= rt_->staging().count(),
+    TUTTI_EXPECT(!is_load() || rt_->dram() || chunks <= rt_->staging_for(true).count(),
                  "a load into CUDA memory stages a whole layer: " + std::to_string(chunks) +
-                     " chunks need staging >= " + std::to_string(chunks * rt_->staging().buffer_bytes()) +
+                     " chunks need staging >= " + std::to_string(chunks * rt_->staging_for(true).buffer_bytes()) +
                      " bytes (option staging / TUTTI_STAGING)");
     const size_t ids_bytes = align_up(chunks * kv.blocks_per_chunk() * sizeof(int32_t), 16);
     const size_t copies_bytes = size_t{layers_} * chunks * sizeof(gpu::ChunkCopy);
@@ -293,7 +293,7 @@ void Batch::issue_layer(uint32_t layer) {
   rt_->counters().ios += ops.size();
   // Submit in groups; when staging runs out, hand over what is ready before blocking, so the
   // I/Os that will free buffers are already on their way.
-  Staging* staging = direct_ ? nullptr : &rt_->staging();  // the baseline is never direct
+  Staging* staging = direct_ ? nullptr : &rt_->staging_for(is_load());  // the baseline is never direct
   std::vector<IoOp*> group;
   group.reserve(64);
   const bool gather = !is_load() && rt_->device();
@@ -301,7 +301,7 @@ void Batch::issue_layer(uint32_t layer) {
   auto flush = [&] {
     if (group.empty()) return;
     if (gather) gather_on_device(group, first);  // a store from CUDA memory: blocks -> staging first
-    rt_->backend().submit(group);
+    rt_->backend_for(is_load()).submit(group);
     first += group.size();
     group.clear();
   };
@@ -360,14 +360,14 @@ void Batch::scatter_on_device(uint32_t layer) {
   size_t n = 0;
   for (LayerOp& op : ops_[layer])
     if (!items_[op.item].error.load())
-      copies[n++] = gpu::ChunkCopy{rt_->staging().device_address(op.stage), items_[op.item].first_block};
+      copies[n++] = gpu::ChunkCopy{rt_->staging_for(true).device_address(op.stage), items_[op.item].first_block};
   outstanding_ += 1;  // held until the callback
   auto landed = [](void* arg) {
     auto* l = static_cast<Landed*>(arg);
     Batch* b = l->batch;
     const uint32_t layer = l->layer;
     delete l;
-    for (LayerOp& op : b->ops_[layer]) b->rt_->staging().release(op.stage);
+    for (LayerOp& op : b->ops_[layer]) b->rt_->staging_for(true).release(op.stage);
     b->layer_done(layer);
     b->release();
   };

@@ -115,6 +115,7 @@ static void test_options(void** state) {
       {"capacity", "64M"},     {"capacity", "1G"},          {"capacity", "1048576"},
       {"capacity", "2T"},      {"capacity", "512K"},        {"chunk_tokens", "64"},
       {"backend", "auto"},     {"backend", "uring"},        {"backend", "posix"},
+      {"backend", "gpu-uring"}, {"backend", "cufile"},      {"backend", "dram"},
       {"namespace", "m-1"},    {"namespace", ""},           {"io_mode", "object"},
       {"io_mode", "per-block-baseline"}, {"direct_to_blocks", "auto"},
       {"direct_to_blocks", "on"}, {"direct_to_blocks", "off"}, {"verify", "0"},
@@ -139,6 +140,25 @@ static void test_options(void** state) {
 }
 
 /* Options are a handle like any other: NULL is TUTTI_EINVAL (tutti.h convention 3). */
+/* gpu-uring and cufile load into CUDA memory: with host memory, or without a GPU, they are
+ * refused with a reason that names them, never half set up. */
+static void test_gpu_backends_need_cuda_memory(void** state) {
+  th_env* env = *state;
+  th_kv_spec spec = th_spec_default();
+  th_kv* kv = NULL;
+  TH_OK(th_kv_create(&kv, &spec));
+  static const char* names[] = {"gpu-uring", "cufile"};
+  for (size_t i = 0; i < 2; i++) {
+    const char* extra[] = {"backend", names[i], NULL};
+    tutti_runtime* rt = NULL;
+    TH_EQ(th_open(&rt, env->dir, "64M", 32, extra, kv), TUTTI_EUNSUPPORTED);
+    if (!strstr(tutti_last_error(), names[i]))
+      fail_msg("%s: the reason does not name the backend: %s", names[i], tutti_last_error());
+    tutti_runtime_close(rt);
+  }
+  th_kv_destroy(kv);
+}
+
 static void test_open_null_options(void** state) {
   (void)state;
   tutti_runtime* rt = NULL;
@@ -611,6 +631,7 @@ int main(void) {
       cmocka_unit_test(test_version_strerror),
       cmocka_unit_test(test_options),
       cmocka_unit_test(test_open_null_options),
+      cmocka_unit_test_setup_teardown(test_gpu_backends_need_cuda_memory, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_bad_uri_size, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_register, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_chunk_not_multiple, th_setup_dir, th_teardown_dir),
