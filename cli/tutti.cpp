@@ -180,6 +180,7 @@ struct BenchArgs {
   size_t requests = 1;
   std::string pool = "./tutti-bench.pool";
   std::vector<std::string> backends;
+  bool backends_given = false;  // --backends: a backend that cannot run is an error
   bool baseline = true;
   std::string direct = "auto";
   uint32_t block_tokens = 16;
@@ -404,6 +405,7 @@ struct RunResult {
   uint64_t data_offset = 0, data_bytes = 0;
   std::string path;
   int rc = 0;
+  std::string unsupported;  // why this backend cannot run here (open or register said so)
 };
 
 // One store + load of the whole cache with one backend and I/O mode. Every run measures the device on its own pool, right before tutti touches it: a raw write of
@@ -441,11 +443,13 @@ RunResult run_once(const BenchArgs& a, KvCache& kv, const std::string& backend, 
   int rc = tutti_runtime_open(o, &rt);
   tutti_options_destroy(o);
   if (rc) {
+    if (rc == TUTTI_EUNSUPPORTED) out.unsupported = tutti_last_error();
     out.rc = die("open", rc);
     return out;
   }
   tutti_kv_layout layout = kv.layout();
   if ((rc = tutti_runtime_register_kv(rt, &layout))) {
+    if (rc == TUTTI_EUNSUPPORTED) out.unsupported = tutti_last_error();
     out.rc = die("register", rc);
     tutti_runtime_close(rt);
     return out;
@@ -593,6 +597,7 @@ int cmd_bench(int argc, char** argv) {
     } else if (f == "--pool") {
       a.pool = need_value(i);
     } else if (f == "--backends") {
+      a.backends_given = true;
       std::string v = need_value(i);
       for (size_t s = 0; s <= v.size();) {
         size_t e = v.find(',', s);
@@ -672,6 +677,10 @@ int cmd_bench(int argc, char** argv) {
     progress(a, "[" + std::to_string(i + 1) + "/" + std::to_string(runs.size()) + "]");
     RawFigures raw;
     RunResult r = run_once(a, kv, runs[i].first, runs[i].second, &raw);
+    if (r.rc && !r.unsupported.empty() && !a.backends_given) {
+      std::fprintf(stderr, "tutti bench: skipping %s: it cannot run here\n", runs[i].first.c_str());
+      continue;  // a default backend that this machine lacks
+    }
     if (r.rc) return r.rc;
     auto raw_row = [&](const char* name, double gbps) {
       Row row;

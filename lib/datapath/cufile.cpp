@@ -24,8 +24,16 @@ struct Api {
   cu::BufDeregister buf_deregister = nullptr;
   cu::Read read = nullptr;
   cu::Write write = nullptr;
+  const char* (*status_error)(int) = nullptr;  // cuFile's message for an error, where exported
   std::string why;  // "" once usable
 };
+
+std::string describe(const Api& a, cu::Error e) {
+  std::string s = "cuFile error " + std::to_string(e.err);
+  if (a.status_error)
+    if (const char* m = a.status_error(e.err)) s += ": " + std::string(m);
+  return s;
+}
 
 // Loaded and its driver opened once per process; never closed (cuFile's own advice for
 // libraries: other users in the process may share the driver).
@@ -55,8 +63,9 @@ const Api& api() {
     sym(a.read, "cuFileRead");
     sym(a.write, "cuFileWrite");
     if (!a.why.empty()) return;
+    a.status_error = reinterpret_cast<const char* (*)(int)>(::dlsym(a.lib, "cufileop_status_error"));
     cu::Error e = a.driver_open();
-    if (e.err != cu::kSuccess) a.why = "cuFileDriverOpen failed (cuFile error " + std::to_string(e.err) + ")";
+    if (e.err != cu::kSuccess) a.why = "cuFileDriverOpen failed (" + describe(a, e) + ")";
   });
   return a;
 }
@@ -81,7 +90,7 @@ class Files {
       cu::Error e = a.handle_register(&h, &d);
       if (e.err != cu::kSuccess) {
         close();
-        fail(TUTTI_EUNSUPPORTED, "cufile: cuFileHandleRegister failed (cuFile error " + std::to_string(e.err) + ")");
+        fail(TUTTI_EUNSUPPORTED, "cufile: cuFileHandleRegister failed (" + describe(a, e) + ")");
       }
       handles_.push_back(h);
     }
