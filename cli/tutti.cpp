@@ -648,7 +648,6 @@ int cmd_bench(int argc, char** argv) {
       std::fprintf(stderr, "tutti bench: --memory cuda: %s\n", why.c_str());
       return 2;
     }
-    a.baseline = false;  // the per-block baseline runs on host memory only
   }
   if (a.backends.empty()) {
     if (a.cuda && tutti::gpu_uring_unavailable_reason().empty()) a.backends.push_back("gpu-uring");
@@ -670,7 +669,15 @@ int cmd_bench(int argc, char** argv) {
 
   std::vector<std::pair<std::string, const char*>> runs;
   for (auto& b : a.backends) runs.emplace_back(b, "object");
-  if (a.baseline) runs.emplace_back(a.backends.front(), "per-block-baseline");
+  if (a.baseline) {  // on a CPU backend: it issues the I/Os a page-granular tier would
+    std::string cpu = "posix";
+    for (auto& b : a.backends)
+      if (b == "uring" || b == "posix") {
+        cpu = b;
+        break;
+      }
+    runs.emplace_back(cpu, "per-block-baseline");
+  }
 
   bool all_ok = true;
   for (size_t i = 0; i < runs.size(); ++i) {

@@ -213,6 +213,12 @@ void Device::scatter_on(void* stream, const CopyLayout& l, void* k, void* v, uin
                reinterpret_cast<const int32_t*>(status));
 }
 
+void Device::copy_sync(void* dst, const void* src, size_t bytes) {
+  Guard g(ordinal_);
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamPerThread), "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
+}
+
 void Device::gather(const CopyLayout& l, const void* k, const void* v, uint64_t chunks, size_t n, uint64_t ids) {
   if (!n) return;
   Guard g(ordinal_);

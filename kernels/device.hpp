@@ -63,6 +63,9 @@ class Device {
   // The same on a caller's stream, skipping chunks whose int32 `status` (device-visible) is not 0.
   void scatter_on(void* stream, const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
                   uint64_t status);
+  // One copy between host and device memory on the calling thread's own stream, waited for:
+  // the per-block baseline's copy per block, as page-granular SSD tiers do it.
+  void copy_sync(void* dst, const void* src, size_t bytes);
   // Blocks -> staging for `n` chunks of one layer; returns once the bytes are in staging.
   void gather(const CopyLayout& l, const void* k, const void* v, uint64_t chunks, size_t n, uint64_t ids);
 

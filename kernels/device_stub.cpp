@@ -25,6 +25,7 @@ void Device::scatter(const CopyLayout&, void*, void*, uint64_t, size_t, uint64_t
   no_cuda();
 }
 void Device::scatter_on(void*, const CopyLayout&, void*, void*, uint64_t, size_t, uint64_t, uint64_t) { no_cuda(); }
+void Device::copy_sync(void*, const void*, size_t) { no_cuda(); }
 void Device::gather(const CopyLayout&, const void*, const void*, uint64_t, size_t, uint64_t) { no_cuda(); }
 void* alloc(int, size_t) { no_cuda(); }
 void free(void*) {}

@@ -37,15 +37,21 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   const Shape& shape = binding->shape();
 
   const std::string name = backend_name_.load();
-  const bool gpu_uring = name == "gpu-uring", cufile = name == "cufile";
+  const bool gpu_uring = name == "gpu-uring", cufile = name == "cufile", dram = name == "dram";
   TUTTI_EXPECT_CODE(!(gpu_uring || cufile) || binding->on_device(), TUTTI_EUNSUPPORTED,
                     "backend " + name + " loads into CUDA memory: register a KV cache with TUTTI_MEMORY_CUDA");
   TUTTI_EXPECT_CODE(!(gpu_uring || cufile) || !cfg_.verify, TUTTI_EUNSUPPORTED,
                     "backend " + name + " hands no loaded byte to the CPU, so it cannot check checksums: use verify=0");
   std::unique_ptr<gpu::Device> device;
   if (binding->on_device()) {
-    TUTTI_EXPECT_CODE(cfg_.io_mode == IoMode::kObject, TUTTI_EUNSUPPORTED,
-                      "io_mode=per-block-baseline works on host memory only");
+    // The baseline copies each block's K (V) whole: it must lie contiguous in the block.
+    TUTTI_EXPECT_CODE(cfg_.io_mode == IoMode::kObject || binding->copy_layout().run_kind == gpu::kRunBlock,
+                      TUTTI_EUNSUPPORTED,
+                      "io_mode=per-block-baseline in CUDA memory needs blocks whose K and V are contiguous (NHD)");
+    TUTTI_EXPECT_CODE(cfg_.io_mode == IoMode::kObject || (!gpu_uring && !cufile && !dram), TUTTI_EUNSUPPORTED,
+                      "io_mode=per-block-baseline runs on the uring and posix backends");
+    TUTTI_EXPECT_CODE(cfg_.io_mode == IoMode::kObject || !cfg_.verify, TUTTI_EUNSUPPORTED,
+                      "io_mode=per-block-baseline in CUDA memory cannot verify checksums: use verify=0");
     device = std::make_unique<gpu::Device>(binding->device());
     device->set_layers(shape.layers);
     for (uint32_t l = 0; l < shape.layers; ++l)
@@ -70,7 +76,6 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   auto stale = index->recover(pool->read_records(&torn_records_));
   pool->write_tombstones(stale);
 
-  const bool dram = std::string(backend_name_.load()) == "dram";
   std::unique_ptr<DramPool> dram_pool;
   if (dram) dram_pool = std::make_unique<DramPool>(*pool, device.get());
 

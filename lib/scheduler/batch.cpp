@@ -63,7 +63,11 @@ void LayerOp::prepare() {
     buf = stage.data;
     buf_index = stage.region;
     if (write) {
-      if (!kv.on_device()) kv.gather(layer, item.blocks, lo, hi, buf);  // else gathered already
+      if (!kv.on_device())
+        kv.gather(layer, item.blocks, lo, hi, buf);
+      else if (b.per_block_)  // one block's K or V: one copy out of HBM
+        b.rt_->device()->copy_sync(buf, b.block_address(*this), hi - lo);
+      // else the layer's gather kernel has filled it already
       // The padding after K and after V must be defined bytes: they are checksummed.
       const Shape& s = kv.shape();
       const uint64_t pad = s.v_offset() - s.kv_bytes();
@@ -95,14 +99,31 @@ void LayerOp::complete(int64_t res) {
       res = -EBADMSG;
     } else if (!kv.on_device()) {
       kv.scatter(layer, it.blocks, lo, hi, stage.data);
+    } else if (b.per_block_) {
+      try {
+        b.rt_->device()->copy_sync(b.block_address(*this), stage.data, length);
+      } catch (const Error&) {
+        res = -EIO;
+      }
     }
   }
   // In CUDA memory, a load's staging is held until the layer's scatter kernel has run.
-  if (stage.data && (write || !kv.on_device())) b.rt_->staging_for(!write).release(stage);
+  if (stage.data && (write || !kv.on_device() || b.per_block_)) b.rt_->staging_for(!write).release(stage);
   b.op_done(*this, res);
 }
 
 // ---- Batch ------------------------------------------------------------------------------
+
+std::byte* Batch::block_address(const LayerOp& op) const {
+  // A per-block op moves one block's K or V, which lie whole in the block (checked at
+  // registration for CUDA memory): [lo, hi) is run u of the K or V side.
+  const KvBinding& kv = rt_->binding();
+  const Shape& s = kv.shape();
+  const bool is_v = op.lo >= s.v_offset();
+  const uint64_t u = (op.lo - (is_v ? s.v_offset() : 0)) / (op.hi - op.lo);
+  return (is_v ? kv.v(op.layer) : kv.k(op.layer)) +
+         uint64_t(items_[op.item].blocks[u]) * kv.copy_layout().block_stride;
+}
 
 Batch::Batch(std::shared_ptr<Runtime> rt, tutti_op op) : rt_(std::move(rt)), op_(op) {
   TUTTI_EXPECT(op == TUTTI_OP_LOAD || op == TUTTI_OP_STORE, "op must be TUTTI_OP_LOAD or TUTTI_OP_STORE");
@@ -217,6 +238,7 @@ void Batch::submit() {
     }
   }
   direct_ = rt_->direct();
+  per_block_ = rt_->config().io_mode == IoMode::kPerBlockBaseline;
   ops_.resize(layers_);
   if (pinned_) {  // the items' block ids, where the copy kernels read them
     const size_t bpc = kv.blocks_per_chunk();
@@ -296,7 +318,7 @@ void Batch::issue_layer(uint32_t layer) {
   Staging* staging = direct_ ? nullptr : &rt_->staging_for(is_load());  // the baseline is never direct
   std::vector<IoOp*> group;
   group.reserve(64);
-  const bool gather = !is_load() && rt_->device();
+  const bool gather = !is_load() && rt_->device() && !per_block_;
   size_t first = 0;  // index in `ops` of the group's first op
   auto flush = [&] {
     if (group.empty()) return;
@@ -339,7 +361,7 @@ void Batch::gather_on_device(std::vector<IoOp*>& group, size_t first) {
 }
 
 void Batch::layer_io_done(uint32_t layer) {
-  if (is_load() && rt_->device())
+  if (is_load() && rt_->device() && !per_block_)
     scatter_on_device(layer);
   else
     layer_done(layer);

@@ -130,6 +130,8 @@ class Batch {
   std::vector<GpuSet> gpu_sets_;
   std::vector<Staging::Buffer> gpu_staging_;
   bool direct_ = false;
+  bool per_block_ = false;  // io_mode=per-block-baseline
+  std::byte* block_address(const LayerOp& op) const;  // per-block: where op's block lies
   std::unique_ptr<std::atomic<uint32_t>[]> pending_;  // ops outstanding per layer
   std::atomic<uint64_t> outstanding_{0};               // unissued layers + ops in flight
   std::vector<uint8_t> layer_done_;    // guarded by mu_

@@ -108,6 +108,7 @@ struct Case {
   int hnd;
   bool verify;
   bool shm = false;  // pool on tmpfs
+  const char* io_mode = "object";
 };
 
 class GpuRoundTrip : public ::testing::TestWithParam<Case> {};
@@ -118,7 +119,7 @@ TEST_P(GpuRoundTrip, StoreFromHbmLoadIntoHbm) {
   const uint32_t layers = 4, blocks = 96, bt = 16;
   DeviceKv kv(layers, blocks, bt, 8, 128, c.hnd, 7);
   int rc = 0;
-  tutti_runtime* rt = open_runtime(dir.path + "/pool", c.backend, kv.layout, c.verify, "object", &rc);
+  tutti_runtime* rt = open_runtime(dir.path + "/pool", c.backend, kv.layout, c.verify, c.io_mode, &rc);
   if (rc == TUTTI_EUNSUPPORTED && std::string(c.backend) == "cufile") GTEST_SKIP() << tutti_last_error();
   ASSERT_NE(rt, nullptr) << tutti_strerror(rc) << ": " << tutti_last_error();
 
@@ -160,7 +161,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GpuRoundTrip,
                                            Case{"gpu-uring", 1, false}, Case{"gpu-uring", 0, false, true},
                                            Case{"posix", 1, false, true}, Case{"dram", 0, false, true},
                                            Case{"dram", 1, true, true}, Case{"cufile", 0, false},
-                                           Case{"cufile", 1, false, true}));
+                                           Case{"cufile", 1, false, true},
+                                           Case{"uring", 0, false, false, "per-block-baseline"},
+                                           Case{"posix", 0, false, true, "per-block-baseline"}));
 
 // A CUDA graph that waits on every layer and then copies the layer out, captured once and
 // replayed against fresh loads of two different prompts: each replay must see its own bytes,
@@ -330,11 +333,17 @@ TEST(Gpu, HostPointersAreNotCudaMemory) {
   EXPECT_NE(std::string(tutti_last_error()).find("not memory of CUDA device"), std::string::npos);
 }
 
-TEST(Gpu, PerBlockBaselineIsHostOnly) {
+// The per-block baseline copies each block's K (V) whole: HND blocks, where a token's rows are
+// not contiguous, are refused, as is verify (it would read the blocks from the CPU).
+TEST(Gpu, PerBlockBaselineNeedsNhdAndNoVerify) {
   Dir dir;
-  DeviceKv kv(2, 8, 16, 2, 64, 0, 1);
+  DeviceKv hnd(2, 8, 16, 2, 64, 1, 1);
   int rc = 0;
-  EXPECT_EQ(open_runtime(dir.path + "/pool", "uring", kv.layout, false, "per-block-baseline", &rc), nullptr);
+  EXPECT_EQ(open_runtime(dir.path + "/pool", "uring", hnd.layout, false, "per-block-baseline", &rc), nullptr);
+  EXPECT_EQ(rc, TUTTI_EUNSUPPORTED);
+  EXPECT_NE(std::string(tutti_last_error()).find("NHD"), std::string::npos) << tutti_last_error();
+  DeviceKv nhd(2, 8, 16, 2, 64, 0, 1);
+  EXPECT_EQ(open_runtime(dir.path + "/pool2", "uring", nhd.layout, true, "per-block-baseline", &rc), nullptr);
   EXPECT_EQ(rc, TUTTI_EUNSUPPORTED);
 }
 
