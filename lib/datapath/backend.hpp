@@ -43,6 +43,7 @@ struct BackendConfig {
   std::vector<iovec> staging;          // regions to register (io_uring fixed buffers)
   unsigned rings = 4;                  // uring: rings, each with its own thread
   unsigned queue_depth = 64;           // uring: I/Os in flight per ring
+  unsigned sqpoll_idle_ms = 20;        // gpu-uring: idle time before a SQPOLL thread sleeps
   unsigned threads = 16;               // posix: worker threads
 };
 

@@ -21,6 +21,7 @@ const std::vector<OptionInfo>& option_table() {
       {"lookahead", "4", "layers in flight ahead of the consumer"},
       {"rings", "4", "io_uring rings (one thread each; gpu-uring: one SQPOLL thread each, at most 8)"},
       {"queue_depth", "64", "I/Os in flight per ring"},
+      {"sqpoll_idle_ms", "20", "gpu-uring: ms without submissions before a SQPOLL thread sleeps"},
       {"threads", "16", "posix backend worker threads"},
       {"create", "1", "1 | 0: create missing pool files"},
   };
@@ -92,6 +93,8 @@ void apply(Config& c, const std::string& key, const std::string& v) {
     c.rings = count_of(key, v, 1, 64);
   } else if (key == "queue_depth") {
     c.queue_depth = count_of(key, v, 1, 4096);
+  } else if (key == "sqpoll_idle_ms") {
+    c.sqpoll_idle_ms = count_of(key, v, 1, 60000);
   } else if (key == "threads") {
     c.threads = count_of(key, v, 1, 1024);
   } else if (key == "create") {

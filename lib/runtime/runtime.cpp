@@ -108,6 +108,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   if (staging) bc.staging = staging->regions();
   bc.rings = cfg_.rings;
   bc.queue_depth = cfg_.queue_depth;
+  bc.sqpoll_idle_ms = cfg_.sqpoll_idle_ms;
   bc.threads = cfg_.threads;
   // io_uring copies reads from tmpfs pools (O_DIRECT or not) inline in its ring threads.
   // Measured loading Llama-3-8B KV from /dev/shm: on 2 cores (16K tokens) posix 8.9 and

@@ -84,7 +84,8 @@ void LayerOp::prepare() {
   }
   if (write && lo == 0) {
     item.sums[layer] = stage.data && hi - lo == kv.shape().layer_bytes() ? XXH3_64bits(buf, hi - lo)
-                                                                         : extent_checksum(kv, layer, item.blocks);
+                       : kv.on_device() ? b.device_extent_checksum(layer, item.blocks)
+                                        : extent_checksum(kv, layer, item.blocks);
   }
 }
 
@@ -113,6 +114,22 @@ void LayerOp::complete(int64_t res) {
 }
 
 // ---- Batch ------------------------------------------------------------------------------
+
+// The per-block baseline in CUDA memory writes block by block, but a commit record needs the
+// checksum of the whole extent: the chunk-layer is copied out once more to compute it.
+uint64_t Batch::device_extent_checksum(uint32_t layer, const int32_t* blocks) const {
+  const KvBinding& kv = rt_->binding();
+  const Shape& s = kv.shape();
+  const uint64_t bb = kv.copy_layout().run_bytes;  // one block's K (or V)
+  thread_local std::vector<std::byte> extent;
+  extent.assign(s.layer_bytes(), std::byte{0});
+  for (uint32_t u = 0; u < kv.blocks_per_chunk(); ++u) {
+    const uint64_t at = uint64_t(blocks[u]) * kv.copy_layout().block_stride;
+    rt_->device()->copy_sync(extent.data() + u * bb, kv.k(layer) + at, bb);
+    rt_->device()->copy_sync(extent.data() + s.v_offset() + u * bb, kv.v(layer) + at, bb);
+  }
+  return XXH3_64bits(extent.data(), extent.size());
+}
 
 std::byte* Batch::block_address(const LayerOp& op) const {
   // A per-block op moves one block's K or V, which lie whole in the block (checked at

@@ -132,6 +132,7 @@ class Batch {
   bool direct_ = false;
   bool per_block_ = false;  // io_mode=per-block-baseline
   std::byte* block_address(const LayerOp& op) const;  // per-block: where op's block lies
+  uint64_t device_extent_checksum(uint32_t layer, const int32_t* blocks) const;
   std::unique_ptr<std::atomic<uint32_t>[]> pending_;  // ops outstanding per layer
   std::atomic<uint64_t> outstanding_{0};               // unissued layers + ops in flight
   std::vector<uint8_t> layer_done_;    // guarded by mu_
