@@ -73,6 +73,7 @@ class Device {
   int ordinal_;
   void* stream_ = nullptr;         // scatters (from I/O threads)
   void* gather_stream_ = nullptr;  // gathers (from the scheduler thread)
+  void* gathered_ = nullptr;       // event the scheduler thread sleeps on (no spinning)
   struct Pinned {
     void* host;
     uint64_t device;
