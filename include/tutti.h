@@ -76,8 +76,14 @@ TUTTI_API const char* tutti_last_error(void);
  *   capacity         total size of newly created pool files (split evenly) when a URI has no
  *                    ?size=. Default 8G. An existing pool keeps its size.
  *   chunk_tokens     tokens per stored chunk (a multiple of the block size). Default 256.
- *   backend          auto | uring | posix. Default auto: uring where io_uring works, except
- *                    for pools that cannot use O_DIRECT (tmpfs), where posix is faster.
+ *   backend          auto | uring | posix | gpu-uring | cufile | dram. Default auto: uring
+ *                    where io_uring works, except for pools on tmpfs, where posix is faster.
+ *                    gpu-uring: loads into CUDA memory whose io_uring submissions the GPU
+ *                    writes and whose completions it polls. cufile: loads into CUDA memory
+ *                    through NVIDIA cuFile. (Both: stores through uring, verify=0 only.)
+ *                    dram: a pool on tmpfs, mapped; CUDA memory is copied to and from it by
+ *                    kernels, with no I/O. TUTTI_EUNSUPPORTED with the reason where one
+ *                    cannot work (tutti info lists them).
  *   namespace        salt mixed into every chunk key (model id, tenant). Default "".
  *   io_mode          object (one I/O per chunk and layer; default) | per-block-baseline (one I/O
  *                    per block and K/V through staging: the page-granular path of other SSD
@@ -88,9 +94,12 @@ TUTTI_API const char* tutti_last_error(void);
  *   staging          bytes of aligned staging memory (default 256M). A load into CUDA memory
  *                    holds one layer of the whole batch in staging until its copy kernel ran.
  *   lookahead        layers kept in flight ahead of the consumer (default 4).
- *   rings            io_uring rings, each with its own thread (default 4).
+ *   rings            io_uring rings, each with its own thread (default 4; gpu-uring: at most 8,
+ *                    each with a SQPOLL thread).
  *   queue_depth      I/Os in flight per ring (default 64).
- *   threads          posix backend worker threads (default 16).
+ *   threads          posix, dram and cufile worker threads (default 16).
+ *   sqpoll_idle_ms   gpu-uring: ms without submissions before a SQPOLL thread sleeps
+ *                    (default 20); it spins while awake.
  *   create           1 | 0. Create missing pool files (default 1).
  */
 typedef struct tutti_options tutti_options;
