@@ -1,0 +1,3 @@
+module tutti.dev/tutti
+
+go 1.19

@@ -1,0 +1,281 @@
+// Package tutti is the Go binding of tutti, an SSD-backed KV-cache runtime for LLM serving:
+// keep prefix KV caches in a pool on local NVMe and stream them back into the engine's paged
+// KV cache layer by layer. It is cgo on tutti.h, the library's stable C ABI.
+//
+// Token ids and block tables are passed as []int32 without copying: cgo pins them during each
+// call, and a Batch keeps them referenced (and pinned in C memory terms: see Add) until it is
+// closed, since the runtime reads them until the batch is done.
+package tutti
+
+/*
+#cgo LDFLAGS: -ltutti
+#include <stdlib.h>
+#include "tutti.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+)
+
+// Code is a tutti_error.
+type Code int
+
+const (
+	EINVAL       Code = C.TUTTI_EINVAL
+	ENOMEM       Code = C.TUTTI_ENOMEM
+	EIO          Code = C.TUTTI_EIO
+	ENOSPC       Code = C.TUTTI_ENOSPC
+	ENOENT       Code = C.TUTTI_ENOENT
+	ELAYOUT      Code = C.TUTTI_ELAYOUT
+	ECORRUPT     Code = C.TUTTI_ECORRUPT
+	ESTATE       Code = C.TUTTI_ESTATE
+	EUNSUPPORTED Code = C.TUTTI_EUNSUPPORTED
+	EACCES       Code = C.TUTTI_EACCES
+	EINTERNAL    Code = C.TUTTI_EINTERNAL
+	EBUSY        Code = C.TUTTI_EBUSY
+)
+
+func (c Code) String() string { return C.GoString(C.tutti_strerror(C.int(c))) }
+
+// Error is a failed call: its code and the library's message.
+type Error struct {
+	Code    Code
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return "tutti: " + e.Code.String()
+	}
+	return "tutti: " + e.Code.String() + ": " + e.Message
+}
+
+// Is lets errors.Is(err, tutti.ENOENT) match by code.
+func (e *Error) Is(target error) bool {
+	var c Code
+	if errors.As(target, &c) {
+		return e.Code == c
+	}
+	return false
+}
+
+func (c Code) Error() string { return c.String() }
+
+// check turns a return code into an error. The message is thread-local in C, so the calling
+// goroutine must stay on its thread between the call and this (see locked).
+func check(rc C.int) error {
+	if rc == 0 {
+		return nil
+	}
+	return &Error{Code: Code(rc), Message: C.GoString(C.tutti_last_error())}
+}
+
+// locked runs f on one OS thread, so that the thread-local last error belongs to f's call.
+func locked(f func() C.int) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return check(f())
+}
+
+// Version is the version of the loaded library.
+func Version() string { return C.GoString(C.tutti_version_string()) }
+
+// VersionNumber is major*10000 + minor*100 + patch of the loaded library.
+func VersionNumber() uint { return uint(C.tutti_version_number()) }
+
+// Runtime is an open pool with (once registered) the engine's KV cache. Safe for concurrent use.
+type Runtime struct {
+	raw *C.tutti_runtime
+}
+
+// Open validates options (tutti.h's keys: pool, capacity, chunk_tokens, backend, ...) and opens
+// a runtime. Keys not given come from TUTTI_* environment variables, then defaults.
+func Open(options map[string]string) (*Runtime, error) {
+	var opts *C.tutti_options
+	if err := locked(func() C.int { return C.tutti_options_create(&opts) }); err != nil {
+		return nil, err
+	}
+	defer C.tutti_options_destroy(opts)
+	for k, v := range options {
+		ck, cv := C.CString(k), C.CString(v)
+		err := locked(func() C.int { return C.tutti_options_set(opts, ck, cv) })
+		C.free(unsafe.Pointer(ck))
+		C.free(unsafe.Pointer(cv))
+		if err != nil {
+			return nil, err
+		}
+	}
+	rt := &Runtime{}
+	if err := locked(func() C.int { return C.tutti_runtime_open(opts, &rt.raw) }); err != nil {
+		return nil, err
+	}
+	runtime.SetFinalizer(rt, (*Runtime).Close)
+	return rt, nil
+}
+
+// Close closes the runtime (batches still open keep it alive until they are closed).
+func (rt *Runtime) Close() error {
+	if rt.raw != nil {
+		C.tutti_runtime_close(rt.raw)
+		rt.raw = nil
+	}
+	runtime.SetFinalizer(rt, nil)
+	return nil
+}
+
+func (rt *Runtime) handle() (*C.tutti_runtime, error) {
+	if rt == nil || rt.raw == nil {
+		return nil, &Error{Code: ESTATE, Message: "the runtime is closed"}
+	}
+	return rt.raw, nil
+}
+
+// Backend names the backend in use ("uring", "posix", ...).
+func (rt *Runtime) Backend() string {
+	h, err := rt.handle()
+	if err != nil {
+		return ""
+	}
+	return C.GoString(C.tutti_runtime_backend(h))
+}
+
+// Memory says where the KV cache lives.
+type Memory uint32
+
+const (
+	Host Memory = C.TUTTI_MEMORY_HOST
+	CUDA Memory = C.TUTTI_MEMORY_CUDA
+)
+
+// Layout describes the engine's paged KV cache. K and V hold per layer the address of block
+// 0's K (V); with V nil each layer is one fused tensor whose V starts VOffset bytes after K.
+// Addresses are uintptr because the memory is not Go's (C, mmap, or CUDA device memory).
+type Layout struct {
+	Layers, Blocks, BlockTokens, KVHeads, HeadDim, ElemBytes uint32
+	HND                                                      bool
+	Memory                                                   Memory
+	Device                                                   int32
+	K, V                                                     []uintptr
+	VOffset                                                  uint64 // 0: Blocks * BlockStride
+	// Strides in bytes; zero means the packed layout of HND/NHD.
+	BlockStride, TokenStride, HeadStride uint64
+}
+
+// RegisterKV registers the engine's KV cache and opens (or creates) the pool for its shape.
+func (rt *Runtime) RegisterKV(l Layout) error {
+	h, err := rt.handle()
+	if err != nil {
+		return err
+	}
+	if uint32(len(l.K)) != l.Layers || (l.V != nil && uint32(len(l.V)) != l.Layers) {
+		return &Error{Code: EINVAL, Message: fmt.Sprintf("K and V must hold one address per layer (%d)", l.Layers)}
+	}
+	var cl C.tutti_kv_layout
+	hnd := C.int(0)
+	if l.HND {
+		hnd = 1
+	}
+	if err := locked(func() C.int {
+		return C.tutti_kv_layout_init(&cl, C.uint32_t(l.Layers), C.uint32_t(l.Blocks), C.uint32_t(l.BlockTokens),
+			C.uint32_t(l.KVHeads), C.uint32_t(l.HeadDim), C.uint32_t(l.ElemBytes), hnd)
+	}); err != nil {
+		return err
+	}
+	if l.BlockStride != 0 {
+		cl.block_stride, cl.token_stride, cl.head_stride = C.uint64_t(l.BlockStride), C.uint64_t(l.TokenStride), C.uint64_t(l.HeadStride)
+	}
+	cl.memory = C.uint32_t(l.Memory)
+	cl.device = C.int32_t(l.Device)
+	// The address arrays go in C memory: a Go pointer may not be stored in memory C reads.
+	n := C.size_t(len(l.K)) * C.size_t(unsafe.Sizeof(uintptr(0)))
+	k := (*[1 << 20]unsafe.Pointer)(C.malloc(n))
+	defer C.free(unsafe.Pointer(k))
+	for i, a := range l.K {
+		k[i] = unsafe.Pointer(a) //nolint:govet // an address outside Go's heap
+	}
+	cl.k_base = (*unsafe.Pointer)(unsafe.Pointer(k))
+	if l.V != nil {
+		v := (*[1 << 20]unsafe.Pointer)(C.malloc(n))
+		defer C.free(unsafe.Pointer(v))
+		for i, a := range l.V {
+			v[i] = unsafe.Pointer(a)
+		}
+		cl.v_base = (*unsafe.Pointer)(unsafe.Pointer(v))
+	} else {
+		cl.v_offset = C.uint64_t(l.VOffset)
+		if l.VOffset == 0 {
+			cl.v_offset = C.uint64_t(l.Blocks) * cl.block_stride
+		}
+	}
+	return locked(func() C.int { return C.tutti_runtime_register_kv(h, &cl) })
+}
+
+func int32s(s []int32) (*C.int32_t, C.size_t) {
+	if len(s) == 0 {
+		return nil, 0
+	}
+	return (*C.int32_t)(unsafe.Pointer(&s[0])), C.size_t(len(s))
+}
+
+func bytesOf(b []byte) (unsafe.Pointer, C.size_t) {
+	if len(b) == 0 {
+		return nil, 0
+	}
+	return unsafe.Pointer(&b[0]), C.size_t(len(b))
+}
+
+// Lookup returns how many leading tokens are cached (a multiple of chunk_tokens).
+func (rt *Runtime) Lookup(tokens []int32, salt []byte) (int, error) {
+	h, err := rt.handle()
+	if err != nil {
+		return 0, err
+	}
+	t, n := int32s(tokens)
+	s, sn := bytesOf(salt)
+	var hit C.size_t
+	err = locked(func() C.int { return C.tutti_lookup(h, t, n, s, sn, &hit) })
+	return int(hit), err
+}
+
+// Stats are the runtime's counters.
+type Stats struct {
+	Layers                                                       uint32
+	BytesRead, BytesWritten, IOs, Lookups, HitChunks, MissChunks uint64
+	StoredChunks, Evictions, FailedChunks, SlotsTotal, SlotsUsed uint64
+	LayerWaits, LayerWaitNs                                      uint64
+}
+
+// Stats returns the runtime's counters.
+func (rt *Runtime) Stats() (Stats, error) {
+	h, err := rt.handle()
+	if err != nil {
+		return Stats{}, err
+	}
+	var s C.tutti_stats
+	s.struct_size = C.uint32_t(unsafe.Sizeof(s))
+	if err := locked(func() C.int { return C.tutti_runtime_stats(h, &s) }); err != nil {
+		return Stats{}, err
+	}
+	return Stats{uint32(s.num_layers), uint64(s.bytes_read), uint64(s.bytes_written), uint64(s.ios), uint64(s.lookups),
+		uint64(s.hit_chunks), uint64(s.miss_chunks), uint64(s.stored_chunks), uint64(s.evictions),
+		uint64(s.failed_chunks), uint64(s.slots_total), uint64(s.slots_used), uint64(s.layer_waits),
+		uint64(s.layer_wait_ns)}, nil
+}
+
+// LayerWaitNs returns, per layer, the time spent blocked in WaitLayer.
+func (rt *Runtime) LayerWaitNs() ([]uint64, error) {
+	h, err := rt.handle()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint64, 4096)
+	var n C.size_t
+	err = locked(func() C.int {
+		return C.tutti_runtime_layer_wait_ns(h, (*C.uint64_t)(unsafe.Pointer(&out[0])), C.size_t(len(out)), &n)
+	})
+	return out[:n], err
+}

@@ -1,0 +1,233 @@
+"""tutti: SSD-backed KV caches for LLM serving, loaded back layer by layer.
+
+A thin Pythonic layer over the generated module `tutti.tutti_c` (every function of tutti.h).
+Token ids and block tables are passed as any int32 buffer (numpy arrays, array.array) or
+tensor (torch: data_ptr()) without copying; they must stay alive and unchanged until the batch
+is done, which Batch ensures by holding them.
+
+    with tutti.Runtime(pool="/nvme/kv.pool", capacity="64G") as rt:
+        rt.register_kv(tutti.KvLayout.paged(layers, blocks, 16, kv_heads, head_dim, 2, k=kv_tensors))
+        hit = rt.lookup(tokens)
+        with rt.batch("load") as b:
+            b.add(tokens, block_table)
+            b.submit()
+            for layer in range(layers):
+                b.wait_layer(layer)           # or b.wait_layer(layer, stream=torch_stream)
+            b.wait()
+"""
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from . import tutti_c as _c
+
+__all__ = ["Error", "Runtime", "KvLayout", "Batch", "Request", "Result", "version", "MEMORY_HOST", "MEMORY_CUDA"]
+
+MEMORY_HOST = _c.TUTTI_MEMORY_HOST
+MEMORY_CUDA = _c.TUTTI_MEMORY_CUDA
+
+
+class Error(Exception):
+    """A tutti call failed: `code` is the tutti_error, `name` its name, `message` the detail."""
+
+    def __init__(self, code: int, message: str = ""):
+        self.code = code
+        self.name = _c.tutti_strerror(code)
+        self.message = message
+        super().__init__(f"{self.name}: {message}" if message else self.name)
+
+
+def _check(rc: int) -> None:
+    if rc != 0:
+        raise Error(rc, _c.tutti_last_error())
+
+
+def _split(ret):
+    """SWIG returns [rc, out...] for calls with out-parameters."""
+    rc, *out = ret
+    _check(rc)
+    return out[0] if len(out) == 1 else out
+
+
+def version() -> str:
+    return _c.tutti_version_string()
+
+
+def _address(obj: Any) -> int:
+    """The address of a KV tensor or buffer, or the int itself."""
+    if isinstance(obj, int):
+        return obj
+    return _c.tutti_py_address(obj)[0]
+
+
+class KvLayout:
+    """The engine's paged KV cache: shape, strides and per-layer base addresses."""
+
+    def __init__(self, raw):
+        self._raw = raw
+
+    @classmethod
+    def paged(cls, layers: int, blocks: int, block_tokens: int, kv_heads: int, head_dim: int, elem_bytes: int,
+              k: Sequence[Any], v: Optional[Sequence[Any]] = None, v_offset: Optional[int] = None,
+              hnd: bool = False, memory: int = MEMORY_HOST, device: int = 0) -> "KvLayout":
+        """Blocks of [block_tokens, kv_heads, head_dim] (NHD, vLLM) or [kv_heads, block_tokens,
+        head_dim] (HND). `k`: per layer, its K tensor (or address); `v` the same for V, or None
+        when each layer is one fused [2, blocks, ...] tensor whose V starts `v_offset` bytes in
+        (default: blocks * block_stride)."""
+        raw = _c.tutti_kv_layout()
+        _check(_c.tutti_kv_layout_init(raw, layers, blocks, block_tokens, kv_heads, head_dim, elem_bytes, int(hnd)))
+        raw.memory = memory
+        raw.device = device
+        raw.set_bases([_address(t) for t in k], None if v is None else [_address(t) for t in v])
+        if v is None:
+            raw.v_offset = blocks * raw.block_stride if v_offset is None else v_offset
+        return cls(raw)
+
+    @property
+    def block_stride(self) -> int:
+        return self._raw.block_stride
+
+    def __getattr__(self, name):  # the C struct's fields, read-only
+        return getattr(self._raw, name)
+
+
+@dataclass
+class Request:
+    tokens: Any
+    block_table: Any
+    token_begin: int = 0
+    token_end: int = 0
+    salt: Optional[bytes] = None
+
+
+@dataclass
+class Result:
+    status: int
+    chunks: int
+    chunks_ok: int
+    tokens: int
+
+
+class Batch:
+    """Load or store requests layer by layer. Use as a context manager (destroyed on exit)."""
+
+    def __init__(self, rt: "Runtime", op: str):
+        self._raw = None
+        ops = {"load": _c.TUTTI_OP_LOAD, "store": _c.TUTTI_OP_STORE}
+        if op not in ops:
+            raise ValueError(f"op must be 'load' or 'store', not {op!r}")
+        self._rt = rt
+        self._requests = []  # kept alive: tutti reads their buffers until the batch is done
+        self._raw = _split(_c.tutti_batch_create(rt._raw, ops[op]))
+
+    def add(self, tokens, block_table, token_begin: int = 0, token_end: int = 0, salt: Optional[bytes] = None) -> int:
+        """Adds one request; returns its index."""
+        return self.add_many([Request(tokens, block_table, token_begin, token_end, salt)])
+
+    def add_many(self, requests: Sequence[Request]) -> int:
+        _check(_c.tutti_batch_add(self._handle(), list(requests)))
+        first = len(self._requests)
+        self._requests.extend(requests)
+        return first
+
+    def submit(self) -> None:
+        _check(_c.tutti_batch_submit(self._handle()))
+
+    def wait_layer(self, layer: int, stream: Any = None) -> None:
+        """Blocks until `layer` is in place; with `stream` (a CUDA stream: an int address or an
+        object with .cuda_stream, e.g. torch.cuda.Stream), enqueues the wait on it instead."""
+        if stream is None:
+            _check(_c.tutti_batch_wait_layer(self._handle(), layer))
+        else:
+            _check(_c.tutti_batch_wait_layer_async(self._handle(), layer, getattr(stream, "cuda_stream", stream)))
+
+    def wait(self) -> None:
+        _check(_c.tutti_batch_wait(self._handle()))
+
+    def result(self, request: int = 0) -> Result:
+        r = _split(_c.tutti_batch_result(self._handle(), request))
+        return Result(r.status, r.chunks, r.chunks_ok, r.tokens)
+
+    def chunk_status(self, request: int = 0, cap: int = 1 << 16) -> list:
+        return _split(_c.tutti_batch_chunk_status(self._handle(), request, cap))
+
+    def close(self) -> None:
+        if self._raw is not None:
+            _c.tutti_batch_destroy(self._raw)  # waits for anything in flight
+            self._raw = None
+            self._requests = []
+
+    def _handle(self):
+        if self._raw is None:
+            raise Error(_c.TUTTI_ESTATE, "the batch is closed")
+        return self._raw
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+
+class Runtime:
+    """A pool and a registered KV cache. Options are tutti.h's keys (pool, capacity, chunk_tokens,
+    backend, ...); values are converted with str(). Unset keys come from TUTTI_* variables."""
+
+    def __init__(self, **options):
+        self._raw = None
+        opts = _split(_c.tutti_options_create())
+        try:
+            for key, value in options.items():
+                if value is not None:
+                    _check(_c.tutti_options_set(opts, key, str(value)))
+            self._raw = _split(_c.tutti_runtime_open(opts))
+        finally:
+            _c.tutti_options_destroy(opts)
+        self._layout = None
+
+    @property
+    def backend(self) -> str:
+        return _c.tutti_runtime_backend(self._handle())
+
+    def register_kv(self, layout: KvLayout) -> None:
+        _check(_c.tutti_runtime_register_kv(self._handle(), layout._raw))
+        self._layout = layout
+
+    def lookup(self, tokens, salt: Optional[bytes] = None) -> int:
+        """How many leading tokens are cached (a multiple of chunk_tokens)."""
+        return _split(_c.tutti_lookup(self._handle(), tokens, salt))
+
+    def batch(self, op: str) -> Batch:
+        return Batch(self, op)
+
+    def stats(self) -> dict:
+        s = _split(_c.tutti_runtime_stats(self._handle()))
+        fields = ["num_layers", "bytes_read", "bytes_written", "ios", "lookups", "hit_chunks", "miss_chunks",
+                  "stored_chunks", "evictions", "failed_chunks", "slots_total", "slots_used", "layer_waits",
+                  "layer_wait_ns"]
+        return {f: getattr(s, f) for f in fields}
+
+    def layer_wait_ns(self) -> list:
+        return _split(_c.tutti_runtime_layer_wait_ns(self._handle(), 4096))
+
+    def close(self) -> None:
+        if self._raw is not None:
+            _c.tutti_runtime_close(self._raw)
+            self._raw = None
+
+    def _handle(self):
+        if self._raw is None:
+            raise Error(_c.TUTTI_ESTATE, "the runtime is closed")
+        return self._raw
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
