@@ -1,0 +1,362 @@
+//! tutti: keep prefix KV caches of LLM serving on local NVMe and stream them back into the
+//! engine's paged KV cache layer by layer. A safe API over `tutti-sys` (bindgen, from tutti.h).
+//!
+//! ```ignore
+//! let rt = tutti::Runtime::open(&[("pool", "/nvme/kv.pool"), ("capacity", "64G")])?;
+//! unsafe { rt.register_kv(&layout)? };          // the runtime writes into those blocks
+//! let hit = rt.lookup(&tokens, None)?;
+//! let mut b = rt.batch(tutti::Op::Load)?;
+//! b.add(&[tutti::Request::new(&tokens[..hit], &block_table)])?;
+//! b.submit()?;
+//! for layer in 0..layers { b.wait_layer(layer)?; /* run the layer */ }
+//! b.wait()?;
+//! ```
+//!
+//! Token ids and block tables are borrowed, never copied: a `Batch<'a>` cannot outlive them.
+
+use std::ffi::{c_void, CStr, CString};
+use std::fmt;
+use std::marker::PhantomData;
+use std::ptr::{self, NonNull};
+
+use tutti_sys as sys;
+
+/// A tutti_error code with the library's message for the failed call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    pub code: i32,
+    pub message: String,
+}
+
+impl Error {
+    /// The code's name (tutti_strerror).
+    pub fn name(&self) -> &'static str {
+        name_of(self.code)
+    }
+    fn new(code: i32, message: &str) -> Error {
+        Error { code, message: message.to_string() }
+    }
+}
+
+fn name_of(code: i32) -> &'static str {
+    // Safety: tutti_strerror returns a static NUL-terminated string for any code.
+    unsafe { CStr::from_ptr(sys::tutti_strerror(code)) }.to_str().unwrap_or("?")
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.message.is_empty() {
+            write!(f, "tutti: {}", self.name())
+        } else {
+            write!(f, "tutti: {}: {}", self.name(), self.message)
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+pub const EINVAL: i32 = sys::tutti_error_TUTTI_EINVAL;
+pub const EIO: i32 = sys::tutti_error_TUTTI_EIO;
+pub const ENOSPC: i32 = sys::tutti_error_TUTTI_ENOSPC;
+pub const ENOENT: i32 = sys::tutti_error_TUTTI_ENOENT;
+pub const ELAYOUT: i32 = sys::tutti_error_TUTTI_ELAYOUT;
+pub const ECORRUPT: i32 = sys::tutti_error_TUTTI_ECORRUPT;
+pub const ESTATE: i32 = sys::tutti_error_TUTTI_ESTATE;
+pub const EUNSUPPORTED: i32 = sys::tutti_error_TUTTI_EUNSUPPORTED;
+pub const EBUSY: i32 = sys::tutti_error_TUTTI_EBUSY;
+
+/// Turns a return code into a Result; the message is the calling thread's last error, read
+/// right after the call on the same thread.
+fn check(rc: i32) -> Result<()> {
+    if rc == 0 {
+        return Ok(());
+    }
+    // Safety: tutti_last_error returns a valid NUL-terminated string owned by this thread.
+    let msg = unsafe { CStr::from_ptr(sys::tutti_last_error()) };
+    Err(Error::new(rc, &msg.to_string_lossy()))
+}
+
+/// The version of the loaded library, e.g. "0.1.0".
+pub fn version() -> String {
+    // Safety: a static NUL-terminated string.
+    unsafe { CStr::from_ptr(sys::tutti_version_string()) }.to_string_lossy().into_owned()
+}
+
+/// major * 10000 + minor * 100 + patch of the loaded library.
+pub fn version_number() -> u32 {
+    // Safety: no arguments, no state.
+    unsafe { sys::tutti_version_number() }
+}
+
+/// Where the KV cache lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Memory {
+    Host,
+    /// CUDA device memory of this device ordinal.
+    Cuda(i32),
+}
+
+/// The engine's paged KV cache: shape and per-layer addresses of block 0's K (and V).
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub layers: u32,
+    pub blocks: u32,
+    pub block_tokens: u32,
+    pub kv_heads: u32,
+    pub head_dim: u32,
+    pub elem_bytes: u32,
+    /// Blocks of [kv_heads, block_tokens, head_dim] instead of [block_tokens, kv_heads, head_dim].
+    pub hnd: bool,
+    pub memory: Memory,
+    pub k: Vec<*mut c_void>,
+    /// Per layer V, or None: each layer is one fused tensor, V at `v_offset` bytes after K
+    /// (None: blocks * block stride).
+    pub v: Option<Vec<*mut c_void>>,
+    pub v_offset: Option<u64>,
+}
+
+/// What a batch does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Load,
+    Store,
+}
+
+/// One prompt's range to load or store. Borrowed: the batch reads it until it is done.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub tokens: &'a [i32],
+    pub block_table: &'a [i32],
+    /// A multiple of chunk_tokens.
+    pub token_begin: usize,
+    /// 0: all tokens; rounded down to a whole chunk.
+    pub token_end: usize,
+    pub salt: Option<&'a [u8]>,
+}
+
+impl<'a> Request<'a> {
+    pub fn new(tokens: &'a [i32], block_table: &'a [i32]) -> Request<'a> {
+        Request { tokens, block_table, token_begin: 0, token_end: 0, salt: None }
+    }
+}
+
+/// What a request moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestResult {
+    /// 0, or the request's first error.
+    pub status: i32,
+    pub chunks: u32,
+    pub chunks_ok: u32,
+    pub tokens: usize,
+}
+
+pub type Stats = sys::tutti_stats;
+
+/// An open pool with (once registered) the engine's KV cache.
+pub struct Runtime {
+    raw: NonNull<sys::tutti_runtime>,
+}
+
+// Safety: tutti.h, convention 4: a runtime may be used from several threads at once.
+unsafe impl Send for Runtime {}
+// Safety: as above; every method takes &self and the C side synchronises.
+unsafe impl Sync for Runtime {}
+
+impl Runtime {
+    /// Opens a runtime with tutti.h's option keys (pool, capacity, chunk_tokens, backend, ...).
+    /// Keys not given come from TUTTI_* environment variables, then defaults.
+    pub fn open(options: &[(&str, &str)]) -> Result<Runtime> {
+        let mut opts: *mut sys::tutti_options = ptr::null_mut();
+        // Safety: a valid out-pointer.
+        check(unsafe { sys::tutti_options_create(&mut opts) })?;
+        let result = (|| {
+            for (k, v) in options {
+                let (k, v) = (cstring(k)?, cstring(v)?);
+                // Safety: opts is live; k and v are NUL-terminated and outlive the call.
+                check(unsafe { sys::tutti_options_set(opts, k.as_ptr(), v.as_ptr()) })?;
+            }
+            let mut raw: *mut sys::tutti_runtime = ptr::null_mut();
+            // Safety: opts is live; a valid out-pointer.
+            check(unsafe { sys::tutti_runtime_open(opts, &mut raw) })?;
+            NonNull::new(raw).map(|raw| Runtime { raw }).ok_or_else(|| Error::new(EINVAL, "no runtime"))
+        })();
+        // Safety: created above, destroyed once; the runtime does not keep it.
+        unsafe { sys::tutti_options_destroy(opts) };
+        result
+    }
+
+    /// The backend in use ("uring", "posix", ...).
+    pub fn backend(&self) -> String {
+        // Safety: a live runtime; the string is static.
+        unsafe { CStr::from_ptr(sys::tutti_runtime_backend(self.raw.as_ptr())) }.to_string_lossy().into_owned()
+    }
+
+    /// Registers the engine's KV cache and opens (or creates) the pool for its shape.
+    ///
+    /// # Safety
+    /// Every address in `layout` must stay valid, for the memory kind given, for all
+    /// `layout.blocks` blocks of every layer, as long as this runtime lives: batches read and
+    /// write them from tutti's threads (and kernels, for CUDA memory).
+    pub unsafe fn register_kv(&self, layout: &Layout) -> Result<()> {
+        let l = &layout;
+        if l.k.len() != l.layers as usize || l.v.as_ref().map_or(false, |v| v.len() != l.layers as usize) {
+            return Err(Error::new(EINVAL, "k and v must hold one address per layer"));
+        }
+        let mut c: sys::tutti_kv_layout = std::mem::zeroed();
+        check(sys::tutti_kv_layout_init(&mut c, l.layers, l.blocks, l.block_tokens, l.kv_heads, l.head_dim,
+                                        l.elem_bytes, l.hnd as i32))?;
+        match l.memory {
+            Memory::Host => c.memory = sys::tutti_memory_TUTTI_MEMORY_HOST as u32,
+            Memory::Cuda(d) => {
+                c.memory = sys::tutti_memory_TUTTI_MEMORY_CUDA as u32;
+                c.device = d;
+            }
+        }
+        c.k_base = l.k.as_ptr() as *const *mut c_void;
+        match &l.v {
+            Some(v) => c.v_base = v.as_ptr() as *const *mut c_void,
+            None => c.v_offset = l.v_offset.unwrap_or(l.blocks as u64 * c.block_stride),
+        }
+        // tutti copies the address arrays during the call.
+        check(sys::tutti_runtime_register_kv(self.raw.as_ptr(), &c))
+    }
+
+    /// How many leading tokens are cached (a multiple of chunk_tokens).
+    pub fn lookup(&self, tokens: &[i32], salt: Option<&[u8]>) -> Result<usize> {
+        let mut hit = 0usize;
+        let (s, sn) = salt.map_or((ptr::null(), 0), |s| (s.as_ptr() as *const c_void, s.len()));
+        // Safety: the slices are valid for the call; tutti keeps no pointer to them.
+        check(unsafe { sys::tutti_lookup(self.raw.as_ptr(), tokens.as_ptr(), tokens.len(), s, sn, &mut hit) })?;
+        Ok(hit)
+    }
+
+    /// A new, empty batch. It borrows the runtime and, through `add`, the requests' slices.
+    pub fn batch<'a>(&'a self, op: Op) -> Result<Batch<'a>> {
+        let mut raw: *mut sys::tutti_batch = ptr::null_mut();
+        let op = match op {
+            Op::Load => sys::tutti_op_TUTTI_OP_LOAD,
+            Op::Store => sys::tutti_op_TUTTI_OP_STORE,
+        };
+        // Safety: a live runtime; a valid out-pointer.
+        check(unsafe { sys::tutti_batch_create(self.raw.as_ptr(), op, &mut raw) })?;
+        let raw = NonNull::new(raw).ok_or_else(|| Error::new(EINVAL, "no batch"))?;
+        Ok(Batch { raw, _borrows: PhantomData })
+    }
+
+    pub fn stats(&self) -> Result<Stats> {
+        // Safety: tutti_stats is plain data; zero is a valid value.
+        let mut s: sys::tutti_stats = unsafe { std::mem::zeroed() };
+        s.struct_size = std::mem::size_of::<sys::tutti_stats>() as u32;
+        // Safety: a live runtime; s is a valid tutti_stats with struct_size set.
+        check(unsafe { sys::tutti_runtime_stats(self.raw.as_ptr(), &mut s) })?;
+        Ok(s)
+    }
+
+    /// Per layer, the time spent blocked in wait_layer.
+    pub fn layer_wait_ns(&self) -> Result<Vec<u64>> {
+        let mut out = vec![0u64; 4096];
+        let mut n = 0usize;
+        // Safety: out has out.len() elements; n is a valid out-pointer.
+        check(unsafe { sys::tutti_runtime_layer_wait_ns(self.raw.as_ptr(), out.as_mut_ptr(), out.len(), &mut n) })?;
+        out.truncate(n);
+        Ok(out)
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        // Safety: owned, closed once. Batches borrow the runtime, so none is left.
+        unsafe { sys::tutti_runtime_close(self.raw.as_ptr()) };
+    }
+}
+
+/// Load or store requests layer by layer. Dropping it waits for anything in flight.
+pub struct Batch<'a> {
+    raw: NonNull<sys::tutti_batch>,
+    _borrows: PhantomData<(&'a Runtime, &'a [i32])>,
+}
+
+// Safety: tutti.h, convention 4: a batch belongs to one thread at a time, so it may move
+// between threads (Send) but not be shared (no Sync).
+unsafe impl Send for Batch<'_> {}
+
+impl<'a> Batch<'a> {
+    /// Adds requests before submit. Their slices stay borrowed until the batch is dropped.
+    pub fn add(&mut self, reqs: &[Request<'a>]) -> Result<()> {
+        let c: Vec<sys::tutti_request> = reqs
+            .iter()
+            .map(|r| {
+                let (s, sn) = r.salt.map_or((ptr::null(), 0), |s| (s.as_ptr() as *const c_void, s.len()));
+                sys::tutti_request {
+                    tokens: r.tokens.as_ptr(),
+                    num_tokens: r.tokens.len(),
+                    block_table: r.block_table.as_ptr(),
+                    num_block_ids: r.block_table.len(),
+                    token_begin: r.token_begin,
+                    token_end: r.token_end,
+                    salt: s,
+                    salt_len: sn,
+                }
+            })
+            .collect();
+        // Safety: a live batch; the array is valid for the call and the slices it points to
+        // are borrowed for 'a, which outlives the batch.
+        check(unsafe { sys::tutti_batch_add(self.raw.as_ptr(), c.as_ptr(), c.len()) })
+    }
+
+    pub fn submit(&mut self) -> Result<()> {
+        // Safety: a live batch.
+        check(unsafe { sys::tutti_batch_submit(self.raw.as_ptr()) })
+    }
+
+    /// Blocks until `layer` is in place (load) or may be overwritten (store).
+    pub fn wait_layer(&mut self, layer: u32) -> Result<()> {
+        // Safety: a live batch.
+        check(unsafe { sys::tutti_batch_wait_layer(self.raw.as_ptr(), layer) })
+    }
+
+    /// Enqueues the wait on a CUDA stream (a cudaStream_t) instead of blocking.
+    pub fn wait_layer_async(&mut self, layer: u32, cuda_stream: *mut c_void) -> Result<()> {
+        // Safety: a live batch; tutti only enqueues work on the stream the caller owns.
+        check(unsafe { sys::tutti_batch_wait_layer_async(self.raw.as_ptr(), layer, cuda_stream) })
+    }
+
+    /// Blocks until the batch is done (a store: committed); the first request error, if any.
+    pub fn wait(&mut self) -> Result<()> {
+        // Safety: a live batch.
+        check(unsafe { sys::tutti_batch_wait(self.raw.as_ptr()) })
+    }
+
+    pub fn result(&self, request: usize) -> Result<RequestResult> {
+        // Safety: tutti_result is plain data; zero is a valid value.
+        let mut r: sys::tutti_result = unsafe { std::mem::zeroed() };
+        // Safety: a live batch; a valid out-pointer.
+        check(unsafe { sys::tutti_batch_result(self.raw.as_ptr(), request, &mut r) })?;
+        Ok(RequestResult { status: r.status, chunks: r.chunks, chunks_ok: r.chunks_ok, tokens: r.tokens })
+    }
+
+    /// Per-chunk status (0 or a code) of a request, after wait.
+    pub fn chunk_status(&self, request: usize) -> Result<Vec<i32>> {
+        let mut out = vec![0i32; 1 << 16];
+        let mut n = 0usize;
+        // Safety: out has out.len() elements; n is a valid out-pointer.
+        check(unsafe {
+            sys::tutti_batch_chunk_status(self.raw.as_ptr(), request, out.as_mut_ptr(), out.len(), &mut n)
+        })?;
+        out.truncate(n);
+        Ok(out)
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        // Safety: owned, destroyed once; it waits for in-flight work before freeing.
+        unsafe { sys::tutti_batch_destroy(self.raw.as_ptr()) };
+    }
+}
+
+fn cstring(s: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| Error::new(EINVAL, "a string holds a NUL byte"))
+}
