@@ -1,0 +1,28 @@
+#!/bin/busybox sh
+# /init of the QEMU guest (tests/kmod/run.sh): load the stock nvme driver and tutti_kmod, run
+# the tests, unload the module, and report PASS or FAIL through the isa-debug-exit port.
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+echo "KTEST: guest up, kernel $(uname -r), $(ls /sys/class/iommu 2>/dev/null | wc -l) IOMMU(s)"
+
+verdict() {  # 0 = pass, 1 = fail; QEMU exits with (value << 1) | 1
+  if [ "$1" = 0 ]; then echo "KTEST: PASS"; else echo "KTEST: FAIL"; fi
+  printf "\\$(printf %03o "$1")" | dd of=/dev/port bs=1 seek=244 count=1 2>/dev/null
+  poweroff -f
+}
+
+for m in $(cat /modules.list); do insmod "$m" 2>/dev/null || echo "KTEST: note: $m did not load"; done
+for i in 1 2 3 4 5 6 7 8 9 10; do [ -e /dev/ng0n1 ] && break; sleep 0.5; done
+[ -e /dev/ng0n1 ] || { echo "KTEST: FAIL: the stock nvme driver made no /dev/ng0n1"; verdict 1; }
+
+insmod /tutti_kmod.ko || { echo "KTEST: FAIL: insmod tutti_kmod"; verdict 1; }
+ls -l /dev/tutti
+rc=0
+/kmod_test /dev/ng0n1 "TUTTI-NVME-LBA0" || rc=1
+rmmod tutti_kmod || { echo "KTEST: FAIL: rmmod tutti_kmod"; rc=1; }
+[ -e /dev/tutti ] && { echo "KTEST: FAIL: /dev/tutti outlived the module"; rc=1; }
+dmesg | grep -iE "tutti|BUG|WARNING|Oops" | grep -v "KTEST" | head -20
+verdict $rc

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Builds tutti's kernel module against Debian's kernel headers, boots that kernel in QEMU (TCG,
+# no KVM) with an emulated NVMe controller, and runs tests/kmod/kmod_test.c in the guest.
+# Pass or fail is decided by the guest (isa-debug-exit); a panic or a hang is a failure.
+#   [IOMMU=1] tests/kmod/run.sh BUILD_DIR      (needs: qemu-system-x86 linux-headers-amd64
+#                                     busybox-static cpio kmod liburing-dev; fetches the kernel
+#                                     image .deb with apt-get download)
+set -euo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+# IOMMU=1: boot with an emulated Intel IOMMU (DMA addresses become IOVAs).
+name=kmod-test${IOMMU:+-iommu}
+out=$(mkdir -p "${1:-build}/$name" && cd "${1:-build}/$name" && pwd)
+KVER=${KVER:-$(ls /lib/modules | sort -V | tail -1)}
+kernel=$(mkdir -p "${1:-build}/kmod-kernel" && cd "${1:-build}/kmod-kernel" && pwd)  # shared by both runs
+QEMU_TIMEOUT=${QEMU_TIMEOUT:-300}
+cd "$out"
+
+echo "== kernel $KVER"
+if [ ! -e "$kernel/kimage/boot/vmlinuz-$KVER" ]; then
+  (cd "$kernel" && rm -rf kimage ./*.deb &&
+   { apt-get download "linux-image-$KVER" >/dev/null 2>&1 || { echo "cannot download linux-image-$KVER"; exit 1; }; } &&
+   dpkg-deb -x linux-image-"$KVER"_*.deb kimage && depmod -b kimage "$KVER" && rm -f ./*.deb)
+fi
+kimage=$kernel/kimage
+
+echo "== build the module and the guest test"
+rm -rf kmod && mkdir kmod && cp -r "$src/kmod/tutti_kmod.c" "$src/kmod/Makefile" "$src/kmod/uapi" kmod/
+make -s -C kmod KVER="$KVER" 2>&1 | grep -v "Skipping BTF" || true
+[ -f kmod/tutti_kmod.ko ] || { echo "module build failed"; exit 1; }
+modinfo kmod/tutti_kmod.ko | grep -E "^(vermagic|description)"
+gcc -O2 -static -Wall -Wextra -Werror -o kmod_test "$src/tests/kmod/kmod_test.c" -luring
+
+echo "== initramfs"
+rm -rf root && mkdir -p root/bin root/proc root/sys root/dev root/lib
+cp /bin/busybox root/bin/busybox
+cp "$src/tests/kmod/init.sh" root/init && chmod +x root/init
+cp kmod/tutti_kmod.ko kmod_test root/
+: > root/modules.list
+for m in $(modprobe -d "$kimage" -S "$KVER" --show-depends nvme | awk '/^insmod/ && !seen[$2]++ {print $2}'); do
+  cp "$m" root/lib/ && echo "/lib/$(basename "$m")" >> root/modules.list
+done
+(cd root && find . | cpio -o -H newc 2>/dev/null | gzip -1) > initramfs.cpio.gz
+
+echo "== boot"
+truncate -s 64M nvme.img
+printf 'TUTTI-NVME-LBA0\n' | dd of=nvme.img conv=notrunc status=none
+iommu_dev=() iommu_args=""
+[ -n "${IOMMU:-}" ] && iommu_dev=(-device intel-iommu) iommu_args=" intel_iommu=on iommu.strict=1"
+set +e
+timeout "$QEMU_TIMEOUT" qemu-system-x86_64 -accel tcg -machine q35 -cpu max -smp 2 -m 1G -nographic -no-reboot \
+  "${iommu_dev[@]}" -kernel "$kimage/boot/vmlinuz-$KVER" -initrd initramfs.cpio.gz \
+  -append "console=ttyS0 panic=-1 quiet$iommu_args" \
+  -drive file=nvme.img,if=none,id=nvm,format=raw -device nvme,serial=tutti0001,drive=nvm \
+  -device isa-debug-exit,iobase=0xf4,iosize=0x04 </dev/null > console.log 2>&1
+qrc=$?
+set -e
+grep -E "^(ok|FAIL) |failure\(s\)|KTEST|BUG|WARNING|Kernel panic|tutti" console.log | grep -v "^\[" || true
+if [ $qrc -eq 1 ] && grep -q "^KTEST: PASS" console.log; then
+  echo "RESULT=PASS"
+  exit 0
+fi
+echo "RESULT=FAIL (qemu exit $qrc: 1 = pass, 3 = guest failure, 0 = panic, 124 = hang)"
+tail -40 console.log
+exit 1
