@@ -12,6 +12,7 @@
 
 #include "kernels/cuda_check.hpp"
 #include "kernels/gpu_uring.hpp"
+#include "kernels/nvme_cmd.hpp"  // compiled for the device too: the nvme backend's GPU producer
 #include "kernels/sqe.hpp"
 
 namespace tutti::gpu {
