@@ -23,6 +23,16 @@ ls -l /dev/tutti
 rc=0
 /kmod_test /dev/ng0n1 "TUTTI-NVME-LBA0" || rc=1
 rmmod tutti_kmod || { echo "KTEST: FAIL: rmmod tutti_kmod"; rc=1; }
+
+# The stock driver and the filesystem stay in service: a file on the mounted ext4, located with
+# FIEMAP and read through io_uring NVMe passthrough, equals what the filesystem reads.
+mkdir -p /mnt
+if mount -t ext4 /dev/nvme0n1 /mnt; then
+  /passthru_test /mnt/pool /dev/ng0n1 /sys/block/nvme0n1 || rc=1
+  umount /mnt || { echo "KTEST: FAIL: umount"; rc=1; }
+else
+  echo "KTEST: FAIL: mount ext4"; rc=1
+fi
 [ -e /dev/tutti ] && { echo "KTEST: FAIL: /dev/tutti outlived the module"; rc=1; }
 dmesg | grep -iE "tutti|BUG|WARNING|Oops" | grep -v "KTEST" | head -20
 verdict $rc

@@ -3,7 +3,7 @@
 # no KVM) with an emulated NVMe controller, and runs tests/kmod/kmod_test.c in the guest.
 # Pass or fail is decided by the guest (isa-debug-exit); a panic or a hang is a failure.
 #   [IOMMU=1] tests/kmod/run.sh BUILD_DIR      (needs: qemu-system-x86 linux-headers-amd64
-#                                     busybox-static cpio kmod liburing-dev; fetches the kernel
+#                                     busybox-static cpio kmod e2fsprogs liburing-dev; fetches the kernel
 #                                     image .deb with apt-get download)
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -29,21 +29,29 @@ make -s -C kmod KVER="$KVER" 2>&1 | grep -v "Skipping BTF" || true
 [ -f kmod/tutti_kmod.ko ] || { echo "module build failed"; exit 1; }
 modinfo kmod/tutti_kmod.ko | grep -E "^(vermagic|description)"
 gcc -O2 -static -Wall -Wextra -Werror -o kmod_test "$src/tests/kmod/kmod_test.c" -luring
+g++ -std=c++20 -O2 -static -Wall -Wextra -Werror -I"$src/lib" -I"$src/include" -I"$src" -o passthru_test \
+  "$src/tests/kmod/passthru_test.cpp" "$src/lib/nvme/extents.cpp" "$src/lib/nvme/passthru.cpp" \
+  "$src/lib/common/error.cpp" -luring
 
 echo "== initramfs"
 rm -rf root && mkdir -p root/bin root/proc root/sys root/dev root/lib
 cp /bin/busybox root/bin/busybox
 cp "$src/tests/kmod/init.sh" root/init && chmod +x root/init
-cp kmod/tutti_kmod.ko kmod_test root/
+cp kmod/tutti_kmod.ko kmod_test passthru_test root/
 : > root/modules.list
-for m in $(modprobe -d "$kimage" -S "$KVER" --show-depends nvme | awk '/^insmod/ && !seen[$2]++ {print $2}'); do
+for m in $( (modprobe -d "$kimage" -S "$KVER" --show-depends nvme; modprobe -d "$kimage" -S "$KVER" --show-depends ext4) |
+           awk '/^insmod/ && !seen[$2]++ {print $2}'); do
   cp "$m" root/lib/ && echo "/lib/$(basename "$m")" >> root/modules.list
 done
 (cd root && find . | cpio -o -H newc 2>/dev/null | gzip -1) > initramfs.cpio.gz
 
+echo "== the namespace: LBA 0 marked, then an ext4 filesystem holding a 6 MiB file"
+rm -rf fs && mkdir fs && head -c $((6 << 20)) /dev/urandom > fs/pool
+rm -f nvme.img && truncate -s 256M nvme.img
+mkfs.ext4 -q -F -b 4096 -E offset=0 -d fs nvme.img
+printf 'TUTTI-NVME-LBA0\n' | dd of=nvme.img conv=notrunc status=none  # ext4 leaves its first 1 KiB alone
+
 echo "== boot"
-truncate -s 64M nvme.img
-printf 'TUTTI-NVME-LBA0\n' | dd of=nvme.img conv=notrunc status=none
 iommu_dev=() iommu_args=""
 [ -n "${IOMMU:-}" ] && iommu_dev=(-device intel-iommu) iommu_args=" intel_iommu=on iommu.strict=1"
 set +e
@@ -55,7 +63,10 @@ timeout "$QEMU_TIMEOUT" qemu-system-x86_64 -accel tcg -machine q35 -cpu max -smp
 qrc=$?
 set -e
 grep -E "^(ok|FAIL) |failure\(s\)|KTEST|BUG|WARNING|Kernel panic|tutti" console.log | grep -v "^\[" || true
-if [ $qrc -eq 1 ] && grep -q "^KTEST: PASS" console.log; then
+fsck_ok=1
+e2fsck -fn nvme.img > fsck.log 2>&1 || { fsck_ok=0; echo "FAIL e2fsck after the guest:"; cat fsck.log; }
+[ $fsck_ok = 1 ] && echo "ok   e2fsck -fn: the filesystem is consistent after the guest ran"
+if [ $qrc -eq 1 ] && [ $fsck_ok = 1 ] && grep -q "^KTEST: PASS" console.log; then
   echo "RESULT=PASS"
   exit 0
 fi
