@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds tutti's kernel module against Debian's kernel headers, boots that kernel in QEMU (TCG,
-# no KVM) with an emulated NVMe controller, and runs tests/kmod/kmod_test.c in the guest.
-# Pass or fail is decided by the guest (isa-debug-exit); a panic or a hang is a failure.
-#   [IOMMU=1] tests/kmod/run.sh BUILD_DIR      (needs: qemu-system-x86 linux-headers-amd64
-#                                     busybox-static cpio kmod e2fsprogs liburing-dev; fetches the kernel
-#                                     image .deb with apt-get download)
+# no KVM) with an emulated NVMe controller carrying an ext4 filesystem, and runs the guest tests
+# (kmod_test.c, passthru_test.cpp). The guest decides pass or fail (isa-debug-exit); a panic or
+# a hang is a failure, and so is an inconsistent filesystem afterwards (e2fsck on the host).
+#   [IOMMU=1] tests/kmod/run.sh BUILD_DIR
+# Needs qemu-system-x86 linux-headers-amd64 busybox-static cpio kmod e2fsprogs liburing-dev;
+# fetches the kernel image .deb with apt-get download.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 # IOMMU=1: boot with an emulated Intel IOMMU (DMA addresses become IOVAs).
