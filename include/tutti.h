@@ -100,6 +100,8 @@ TUTTI_API const char* tutti_last_error(void);
  *   threads          posix, dram and cufile worker threads (default 16).
  *   sqpoll_idle_ms   gpu-uring: ms without submissions before a SQPOLL thread sleeps
  *                    (default 20); it spins while awake.
+ *   sqpoll_shared    gpu-uring: 1 = every ring shares the first ring's SQPOLL thread
+ *                    (IORING_SETUP_ATTACH_WQ): one spinning thread instead of one per ring.
  *   create           1 | 0. Create missing pool files (default 1).
  */
 typedef struct tutti_options tutti_options;

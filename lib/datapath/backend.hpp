@@ -44,6 +44,7 @@ struct BackendConfig {
   unsigned rings = 4;                  // uring: rings, each with its own thread
   unsigned queue_depth = 64;           // uring: I/Os in flight per ring
   unsigned sqpoll_idle_ms = 20;        // gpu-uring: idle time before a SQPOLL thread sleeps
+  bool sqpoll_shared = false;          // gpu-uring: one SQPOLL thread for all rings
   unsigned threads = 16;               // posix: worker threads
 };
 

@@ -49,6 +49,10 @@ GpuUring::GpuUring(gpu::Device& dev, const BackendConfig& cfg) : idle_ms_(cfg.sq
     p.flags = IORING_SETUP_SQPOLL | IORING_SETUP_CQSIZE;
     p.sq_thread_idle = idle_ms_;
     p.cq_entries = kCqEntries;
+    if (cfg.sqpoll_shared && i > 0) {  // the first ring's SQPOLL thread serves them all
+      p.flags |= IORING_SETUP_ATTACH_WQ;
+      p.wq_fd = static_cast<uint32_t>(rings_[0]->ring_fd);
+    }
     int rc = io_uring_queue_init_params(kSqEntries, ring.get(), &p);
     if (rc < 0) fail_errno(-rc, "gpu-uring: io_uring_setup with SQPOLL");
     rings_.push_back(std::move(ring));

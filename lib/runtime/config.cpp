@@ -22,6 +22,7 @@ const std::vector<OptionInfo>& option_table() {
       {"rings", "4", "io_uring rings (one thread each; gpu-uring: one SQPOLL thread each, at most 8)"},
       {"queue_depth", "64", "I/Os in flight per ring"},
       {"sqpoll_idle_ms", "20", "gpu-uring: ms without submissions before a SQPOLL thread sleeps"},
+      {"sqpoll_shared", "0", "gpu-uring: 1 = all rings share one SQPOLL thread (IORING_SETUP_ATTACH_WQ)"},
       {"threads", "16", "posix backend worker threads"},
       {"create", "1", "1 | 0: create missing pool files"},
   };
@@ -95,6 +96,9 @@ void apply(Config& c, const std::string& key, const std::string& v) {
     c.queue_depth = count_of(key, v, 1, 4096);
   } else if (key == "sqpoll_idle_ms") {
     c.sqpoll_idle_ms = count_of(key, v, 1, 60000);
+  } else if (key == "sqpoll_shared") {
+    TUTTI_EXPECT(v == "0" || v == "1", "option sqpoll_shared: '" + v + "' is not 0 or 1");
+    c.sqpoll_shared = v == "1";
   } else if (key == "threads") {
     c.threads = count_of(key, v, 1, 1024);
   } else if (key == "create") {

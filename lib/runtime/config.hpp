@@ -28,6 +28,7 @@ struct Config {
   uint32_t rings = 0;
   uint32_t queue_depth = 0;
   uint32_t sqpoll_idle_ms = 0;
+  bool sqpoll_shared = false;
   uint32_t threads = 0;
   bool create = true;
 };

@@ -109,6 +109,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   bc.rings = cfg_.rings;
   bc.queue_depth = cfg_.queue_depth;
   bc.sqpoll_idle_ms = cfg_.sqpoll_idle_ms;
+  bc.sqpoll_shared = cfg_.sqpoll_shared;
   bc.threads = cfg_.threads;
   // io_uring copies reads from tmpfs pools (O_DIRECT or not) inline in its ring threads.
   // Measured loading Llama-3-8B KV from /dev/shm: on 2 cores (16K tokens) posix 8.9 and

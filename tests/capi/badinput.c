@@ -102,7 +102,7 @@ static void test_options(void** state) {
       {"io_mode", "fast"},         {"direct_to_blocks", "maybe"}, {"verify", "2"},
       {"verify", "yes please"},    {"staging", "lots"},        {"lookahead", "x"},
       {"rings", "x"},              {"queue_depth", "x"},       {"threads", "x"},
-      {"create", "2"},
+      {"create", "2"},             {"sqpoll_shared", "yes"},   {"sqpoll_idle_ms", "0"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     int rc = tutti_options_set(o, bad[i][0], bad[i][1]);
@@ -121,7 +121,8 @@ static void test_options(void** state) {
       {"direct_to_blocks", "on"}, {"direct_to_blocks", "off"}, {"verify", "0"},
       {"verify", "1"},         {"staging", "16M"},          {"lookahead", "2"},
       {"rings", "1"},          {"queue_depth", "16"},       {"threads", "2"},
-      {"create", "0"},         {"create", "1"},
+      {"create", "0"},         {"create", "1"},             {"sqpoll_shared", "1"},
+      {"sqpoll_idle_ms", "2"},
   };
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
     int rc = tutti_options_set(o, good[i][0], good[i][1]);
