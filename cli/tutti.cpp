@@ -163,7 +163,8 @@ int cmd_info() {
   std::string cwhy = tutti::cufile_unavailable_reason();
   std::printf("  cufile     %s\n", cwhy.empty() ? ("works (cuFile, " + tutti::cufile_mode() + "; loads into CUDA memory)").c_str()
                                                 : ("unusable: " + cwhy).c_str());
-  std::printf("  nvme       not in this build (needs the tutti kernel module)\n");
+  std::printf("  passthru   loads through io_uring NVMe passthrough (/dev/ngXnY) for pools on an NVMe namespace\n");
+  std::printf("  nvme       not yet (the kernel module hands out no queues yet)\n");
   std::printf("  dram       works for pools on tmpfs (/dev/shm): mapped; CUDA memory: copy kernels, no I/O\n");
   std::printf("auto picks: %s\n", why.empty() ? "uring" : "posix");
   std::printf("options (each also from TUTTI_<KEY>):\n");

@@ -82,8 +82,10 @@ TUTTI_API const char* tutti_last_error(void);
  *                    writes and whose completions it polls. cufile: loads into CUDA memory
  *                    through NVIDIA cuFile. (Both: stores through uring, verify=0 only.)
  *                    dram: a pool on tmpfs, mapped; CUDA memory is copied to and from it by
- *                    kernels, with no I/O. TUTTI_EUNSUPPORTED with the reason where one
- *                    cannot work (tutti info lists them).
+ *                    kernels, with no I/O. passthru: loads as NVMe Read commands through
+ *                    io_uring on the namespace's /dev/ngXnY (pool on an NVMe namespace; the
+ *                    filesystem stays mounted; stores through uring). TUTTI_EUNSUPPORTED with
+ *                    the reason where one cannot work (tutti info lists them).
  *   namespace        salt mixed into every chunk key (model id, tenant). Default "".
  *   io_mode          object (one I/O per chunk and layer; default) | per-block-baseline (one I/O
  *                    per block and K/V through staging: the page-granular path of other SSD

@@ -12,7 +12,7 @@ const std::vector<OptionInfo>& option_table() {
       {"pool", "./tutti.pool", "pool file URI (file:///path?size=64G or a path); repeat, or comma-separate in TUTTI_POOL, to stripe"},
       {"capacity", "8G", "total size of newly created pool files without ?size="},
       {"chunk_tokens", "256", "tokens per stored chunk (a multiple of the block size)"},
-      {"backend", "auto", "auto | uring | posix | gpu-uring | cufile | dram (auto: uring, or posix for pools on tmpfs)"},
+      {"backend", "auto", "auto | uring | posix | gpu-uring | cufile | dram | passthru (auto: uring, or posix on tmpfs)"},
       {"namespace", "", "salt mixed into every chunk key"},
       {"io_mode", "object", "object | per-block-baseline (one I/O per block and K/V; for comparison only)"},
       {"direct_to_blocks", "auto", "auto | on | off: vectored I/O straight between pool and KV blocks"},
@@ -72,8 +72,9 @@ void apply(Config& c, const std::string& key, const std::string& v) {
   } else if (key == "chunk_tokens") {
     c.chunk_tokens = count_of(key, v, 1, 1u << 20);
   } else if (key == "backend") {
-    TUTTI_EXPECT(v == "auto" || v == "uring" || v == "posix" || v == "gpu-uring" || v == "cufile" || v == "dram",
-                 "option backend: '" + v + "' is not auto, uring, posix, gpu-uring, cufile or dram");
+    TUTTI_EXPECT(v == "auto" || v == "uring" || v == "posix" || v == "gpu-uring" || v == "cufile" || v == "dram" ||
+                     v == "passthru",
+                 "option backend: '" + v + "' is not auto, uring, posix, gpu-uring, cufile, dram or passthru");
     c.backend = v;
   } else if (key == "namespace") {
     c.ns = v;

@@ -4,6 +4,7 @@
 
 #include "common/error.hpp"
 #include "datapath/cufile.hpp"
+#include "nvme/passthru_backend.hpp"
 
 namespace tutti {
 
@@ -13,6 +14,7 @@ Runtime::Runtime(Config cfg) : cfg_(std::move(cfg)) {
   backend_name_ = b == "gpu-uring" ? "gpu-uring"
                   : b == "cufile" ? "cufile"
                   : b == "dram"   ? "dram"
+                  : b == "passthru" ? "passthru"
                   : b == "uring"  ? "uring"
                                   : "posix";
 }
@@ -38,6 +40,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
 
   const std::string name = backend_name_.load();
   const bool gpu_uring = name == "gpu-uring", cufile = name == "cufile", dram = name == "dram";
+  const bool passthru = name == "passthru";
   TUTTI_EXPECT_CODE(!(gpu_uring || cufile) || binding->on_device(), TUTTI_EUNSUPPORTED,
                     "backend " + name + " loads into CUDA memory: register a KV cache with TUTTI_MEMORY_CUDA");
   TUTTI_EXPECT_CODE(!(gpu_uring || cufile) || !cfg_.verify, TUTTI_EUNSUPPORTED,
@@ -60,7 +63,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
                        std::to_string(binding->device()));
   }
   bool direct = false;
-  if (cfg_.io_mode == IoMode::kObject && !device) {
+  if (cfg_.io_mode == IoMode::kObject && !device && !passthru) {  // passthru reads into staging
     if (cfg_.direct == DirectMode::kOn)
       TUTTI_EXPECT(binding->direct_capable(),
                    "direct_to_blocks=on needs 4 KiB aligned blocks whose K (and V) rows are contiguous per block");
@@ -120,11 +123,15 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
       if (!pool->file(i).direct || pool->file(i).in_memory) backend_name_ = "posix";
   // gpu-uring drives loads; stores take the CPU producer, which checksums as it writes.
   auto backend = dram ? make_dram_backend(bc, *dram_pool)
-                      : make_backend(gpu_uring || cufile ? "uring" : backend_name_.load(), bc);
+                      : make_backend(gpu_uring || cufile || passthru ? "uring" : backend_name_.load(), bc);
   // cufile: loads read into staging in HBM, then the copy kernel scatters from there.
   std::unique_ptr<void, void (*)(void*)> load_arena{nullptr, gpu::free};
   std::unique_ptr<Staging> load_staging;
   std::unique_ptr<Backend> load_backend;
+  if (passthru) {
+    TUTTI_EXPECT_CODE(cfg_.io_mode == IoMode::kObject, TUTTI_EUNSUPPORTED, "backend passthru moves whole extents");
+    load_backend = make_passthru_backend(bc);
+  }
   if (cufile) {
     const uint64_t bytes = Staging::arena_bytes_for(std::max(cfg_.staging, shape.layer_bytes()), shape.layer_bytes());
     load_arena.reset(gpu::alloc(binding->device(), bytes));

@@ -116,6 +116,7 @@ static void test_options(void** state) {
       {"capacity", "2T"},      {"capacity", "512K"},        {"chunk_tokens", "64"},
       {"backend", "auto"},     {"backend", "uring"},        {"backend", "posix"},
       {"backend", "gpu-uring"}, {"backend", "cufile"},      {"backend", "dram"},
+      {"backend", "passthru"},
       {"namespace", "m-1"},    {"namespace", ""},           {"io_mode", "object"},
       {"io_mode", "per-block-baseline"}, {"direct_to_blocks", "auto"},
       {"direct_to_blocks", "on"}, {"direct_to_blocks", "off"}, {"verify", "0"},
@@ -158,6 +159,26 @@ static void test_gpu_backends_need_cuda_memory(void** state) {
     tutti_runtime_close(rt);
   }
   th_kv_destroy(kv);
+}
+
+/* passthru needs a pool on an NVMe namespace: elsewhere it is refused with the reason. */
+static void test_passthru_needs_nvme(void** state) {
+  th_env* env = *state;
+  th_kv_spec spec = th_spec_default();
+  th_kv* kv = NULL;
+  TH_OK(th_kv_create(&kv, &spec));
+  const char* extra[] = {"backend", "passthru", NULL};
+  tutti_runtime* rt = NULL;
+  int rc = th_open(&rt, env->dir, "64M", 32, extra, kv);
+  tutti_runtime_close(rt);
+  th_kv_destroy(kv);
+  if (rc == 0) {
+    print_message("%s is on an NVMe namespace here: nothing to refuse\n", env->dir);
+    skip();
+  }
+  TH_EQ(rc, TUTTI_EUNSUPPORTED);
+  if (!strstr(tutti_last_error(), "NVMe") && !strstr(tutti_last_error(), "block device"))
+    fail_msg("the reason does not say why: %s", tutti_last_error());
 }
 
 static void test_open_null_options(void** state) {
@@ -633,6 +654,7 @@ int main(void) {
       cmocka_unit_test(test_options),
       cmocka_unit_test(test_open_null_options),
       cmocka_unit_test_setup_teardown(test_gpu_backends_need_cuda_memory, th_setup_dir, th_teardown_dir),
+      cmocka_unit_test_setup_teardown(test_passthru_needs_nvme, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_bad_uri_size, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_register, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_chunk_not_multiple, th_setup_dir, th_teardown_dir),
