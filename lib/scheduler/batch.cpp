@@ -371,8 +371,7 @@ void Batch::gather_on_device(std::vector<IoOp*>& group, size_t first) {
                           group.size(), ids_dev_);
   } catch (const Error& e) {
     for (IoOp* p : group) {
-      int expected = 0;
-      items_[static_cast<LayerOp*>(p)->item].error.compare_exchange_strong(expected, e.code());
+      fail_item(items_[static_cast<LayerOp*>(p)->item], e.code());
     }
   }
 }
@@ -384,12 +383,29 @@ void Batch::layer_io_done(uint32_t layer) {
     layer_done(layer);
 }
 
-namespace {
-struct Landed {
+// A CUDA host callback's argument: which batch's layer has landed. Deleted by on_landed.
+struct Batch::Landed {
   Batch* batch;
   uint32_t layer;
 };
-}  // namespace
+
+template <void (Batch::*F)(uint32_t)>
+void Batch::on_landed(void* arg) {
+  auto* l = static_cast<Landed*>(arg);
+  Batch* b = l->batch;
+  const uint32_t layer = l->layer;
+  delete l;
+  (b->*F)(layer);
+}
+
+void Batch::fail_item(Item& it, int code) {
+  int expected = 0;
+  it.error.compare_exchange_strong(expected, code);  // the first error stays
+}
+
+void Batch::fail_all(int code) {
+  for (Item& it : items_) fail_item(it, code);
+}
 
 // One kernel scatters the whole layer from staging into the blocks; when it has run, a CUDA
 // host callback gives the staging back and completes the layer.
@@ -401,26 +417,22 @@ void Batch::scatter_on_device(uint32_t layer) {
     if (!items_[op.item].error.load())
       copies[n++] = gpu::ChunkCopy{rt_->staging_for(true).device_address(op.stage), items_[op.item].first_block};
   outstanding_ += 1;  // held until the callback
-  auto landed = [](void* arg) {
-    auto* l = static_cast<Landed*>(arg);
-    Batch* b = l->batch;
-    const uint32_t layer = l->layer;
-    delete l;
-    for (LayerOp& op : b->ops_[layer]) b->rt_->staging_for(true).release(op.stage);
-    b->layer_done(layer);
-    b->release();
-  };
   auto* arg = new Landed{this, layer};
   try {
     rt_->device()->scatter(kv.copy_layout(), kv.k(layer), kv.v(layer),
-                           copies_dev_ + size_t{layer} * copies_stride_ * sizeof(gpu::ChunkCopy), n, ids_dev_, landed, arg);
+                           copies_dev_ + size_t{layer} * copies_stride_ * sizeof(gpu::ChunkCopy), n, ids_dev_,
+                           on_landed<&Batch::staged_layer_landed>, arg);
   } catch (const Error& e) {
-    for (Item& it : items_) {
-      int expected = 0;
-      it.error.compare_exchange_strong(expected, e.code());
-    }
-    landed(arg);
+    fail_all(e.code());
+    on_landed<&Batch::staged_layer_landed>(arg);
   }
+}
+
+// On a CUDA thread, after the scatter: the layer's staging goes back.
+void Batch::staged_layer_landed(uint32_t layer) {
+  for (LayerOp& op : ops_[layer]) rt_->staging_for(true).release(op.stage);
+  layer_done(layer);
+  release();
 }
 
 // ---- gpu-uring ---------------------------------------------------------------------------
@@ -454,7 +466,9 @@ void Batch::plan_gpu_loads() {
     set.targets = dev + at;
     set.copies = set.targets + n * sizeof(gpu::IoTarget);
     set.status = set.copies + n * sizeof(gpu::ChunkCopy);
-    set.status_host = reinterpret_cast<const int32_t*>(base + at + n * (sizeof(gpu::IoTarget) + sizeof(gpu::ChunkCopy)));
+    set.targets_host = reinterpret_cast<gpu::IoTarget*>(base + at);
+    set.copies_host = reinterpret_cast<gpu::ChunkCopy*>(set.targets_host + n);
+    set.status_host = reinterpret_cast<const int32_t*>(set.copies_host + n);
   }
 }
 
@@ -463,17 +477,12 @@ void Batch::issue_layer_gpu(uint32_t layer) {
   const size_t n = items_.size();
   if (gpu_staging_.empty()) {  // first layer: the staging of every set, for the whole batch
     Staging& staging = rt_->staging();
-    auto* base = static_cast<std::byte*>(gpu_pinned_);
-    const size_t chunks_bytes = static_cast<size_t>(gpu_sets_[0].targets - gpu_chunks_);
-    const size_t set_bytes = gpu_sets_.size() > 1 ? static_cast<size_t>(gpu_sets_[1].targets - gpu_sets_[0].targets) : 0;
-    for (size_t k = 0; k < gpu_sets_.size(); ++k) {
-      auto* targets = reinterpret_cast<gpu::IoTarget*>(base + chunks_bytes + k * set_bytes);
-      auto* copies = reinterpret_cast<gpu::ChunkCopy*>(targets + n);
+    for (GpuSet& set : gpu_sets_) {
       for (size_t i = 0; i < n; ++i) {
         Staging::Buffer b = staging.acquire();
         gpu_staging_.push_back(b);
-        targets[i] = gpu::IoTarget{reinterpret_cast<uint64_t>(b.data), static_cast<uint32_t>(b.region), 0};
-        copies[i] = gpu::ChunkCopy{staging.device_address(b), items_[i].first_block};
+        set.targets_host[i] = gpu::IoTarget{reinterpret_cast<uint64_t>(b.data), static_cast<uint32_t>(b.region), 0};
+        set.copies_host[i] = gpu::ChunkCopy{staging.device_address(b), items_[i].first_block};
       }
     }
   }
@@ -493,20 +502,11 @@ void Batch::issue_layer_gpu(uint32_t layer) {
   rt_->counters().ios += n;
   outstanding_ += 1;  // held until the layer has landed
   auto* arg = new Landed{this, layer};
-  auto landed = [](void* p) {
-    auto* l = static_cast<Landed*>(p);
-    Batch* b = l->batch;
-    const uint32_t layer = l->layer;
-    delete l;
-    b->gpu_layer_landed(layer);
-  };
   try {
-    rt_->gpu_uring()->load_layer(static_cast<uint32_t>(layer % gpu_sets_.size()), a, landed, arg);
+    rt_->gpu_uring()->load_layer(static_cast<uint32_t>(layer % gpu_sets_.size()), a, on_landed<&Batch::gpu_layer_landed>,
+                                 arg);
   } catch (const Error& e) {
-    for (Item& it : items_) {
-      int expected = 0;
-      it.error.compare_exchange_strong(expected, e.code());
-    }
+    fail_all(e.code());
     delete arg;
     layer_done(layer);
     release();
@@ -516,15 +516,22 @@ void Batch::issue_layer_gpu(uint32_t layer) {
 
 // On a CUDA thread, once the layer's reads are over and its good chunks are in the blocks.
 void Batch::gpu_layer_landed(uint32_t layer) {
-  const int32_t* status = gpu_sets_[layer % gpu_sets_.size()].status_host;
+  land(layer, gpu_sets_[layer % gpu_sets_.size()].status_host, /*errnos=*/true);
+}
+
+void Batch::dram_layer_landed(uint32_t layer) {
+  land(layer, status_ + size_t{layer} * copies_stride_, /*errnos=*/false);
+}
+
+// A load's layer is in place except for the chunks whose `status` is not 0 (a -errno, or a
+// tutti_error): those fail, the rest count as read, and the layer is done.
+void Batch::land(uint32_t layer, const int32_t* status, bool errnos) {
   uint64_t ok = 0;
   for (size_t i = 0; i < items_.size(); ++i) {
-    if (status[i] == 0) {
+    if (status[i] == 0)
       ++ok;
-      continue;
-    }
-    int expected = 0;
-    items_[i].error.compare_exchange_strong(expected, code_of(status[i]));
+    else
+      fail_item(items_[i], errnos ? code_of(status[i]) : status[i]);
   }
   rt_->counters().bytes_read += ok * rt_->binding().shape().layer_bytes();
   layer_done(layer);
@@ -544,39 +551,25 @@ void Batch::issue_layer_dram(uint32_t layer) {
   gpu::ChunkCopy* copies = copies_ + at;
   int32_t* status = status_ + at;
   const size_t n = items_.size();
+  std::vector<std::byte*> extents(n);  // where each chunk-layer lies in the mapped pool
   for (size_t i = 0; i < n; ++i) {
     const Extent e = g.layer_extent(items_[i].slot, layer);
+    extents[i] = dram.host(e.file, e.offset);
     copies[i] = gpu::ChunkCopy{dram.device(e.file, e.offset), items_[i].first_block};
     status[i] = items_[i].error.load();
     if (is_load() && !status[i] && rt_->config().verify &&
-        XXH3_64bits(dram.host(e.file, e.offset), e.length) != rt_->index().layer_sums(items_[i].slot)[layer])
+        XXH3_64bits(extents[i], e.length) != rt_->index().layer_sums(items_[i].slot)[layer])
       status[i] = TUTTI_ECORRUPT;
   }
   if (is_load()) {
     outstanding_ += 1;  // held until the callback
-    auto landed = [](void* arg) {
-      auto* l = static_cast<Landed*>(arg);
-      Batch* b = l->batch;
-      const uint32_t layer = l->layer;
-      delete l;
-      const int32_t* status = b->status_ + size_t{layer} * b->copies_stride_;
-      uint64_t ok = 0;
-      for (size_t i = 0; i < b->items_.size(); ++i) {
-        int expected = 0;
-        if (status[i]) b->items_[i].error.compare_exchange_strong(expected, status[i]);
-        else ++ok;
-      }
-      b->rt_->counters().bytes_read += ok * b->rt_->binding().shape().layer_bytes();
-      b->layer_done(layer);
-      b->release();
-    };
     auto* arg = new Landed{this, layer};
     try {
       dev.scatter(kv.copy_layout(), kv.k(layer), kv.v(layer), copies_dev_ + at * sizeof(gpu::ChunkCopy), n, ids_dev_,
-                  landed, arg, status_dev_ + at * sizeof(int32_t));
+                  on_landed<&Batch::dram_layer_landed>, arg, status_dev_ + at * sizeof(int32_t));
     } catch (const Error& e) {
       for (size_t i = 0; i < n; ++i) status[i] = e.code();
-      landed(arg);
+      on_landed<&Batch::dram_layer_landed>(arg);
     }
   } else {
     try {
@@ -584,18 +577,14 @@ void Batch::issue_layer_dram(uint32_t layer) {
       // The padding after K and after V is checksummed: it must hold defined bytes.
       const uint64_t pad = shape.v_offset() - shape.kv_bytes();
       for (size_t i = 0; i < n; ++i) {
-        const Extent e = g.layer_extent(items_[i].slot, layer);
-        std::byte* p = dram.host(e.file, e.offset);
+        std::byte* p = extents[i];
         std::memset(p + shape.kv_bytes(), 0, pad);
         std::memset(p + shape.v_offset() + shape.kv_bytes(), 0, pad);
-        items_[i].sums[layer] = XXH3_64bits(p, e.length);
+        items_[i].sums[layer] = XXH3_64bits(p, shape.layer_bytes());
       }
       rt_->counters().bytes_written += n * shape.layer_bytes();
     } catch (const Error& e) {
-      for (Item& it : items_) {
-        int expected = 0;
-        it.error.compare_exchange_strong(expected, e.code());
-      }
+      fail_all(e.code());
     }
     layer_done(layer);
   }
@@ -615,8 +604,7 @@ void Batch::op_done(LayerOp& op, int64_t res) {
   if (res == static_cast<int64_t>(op.length)) {
     (op.write ? c.bytes_written : c.bytes_read) += op.length;
   } else {
-    int expected = 0;
-    items_[op.item].error.compare_exchange_strong(expected, code_of(res));
+    fail_item(items_[op.item], code_of(res));
   }
   if (pending_[op.layer].fetch_sub(1) == 1) layer_io_done(op.layer);
   release();
@@ -631,10 +619,7 @@ void Batch::layer_done(uint32_t layer) {
     const KvBinding& kv = rt_->binding();
     for (Item& it : items_) {
       if (it.error.load()) continue;
-      if (extent_checksum(kv, layer, it.blocks) != rt_->index().layer_sums(it.slot)[layer]) {
-        int expected = 0;
-        it.error.compare_exchange_strong(expected, TUTTI_ECORRUPT);
-      }
+      if (extent_checksum(kv, layer, it.blocks) != rt_->index().layer_sums(it.slot)[layer]) fail_item(it, TUTTI_ECORRUPT);
     }
   }
   if (epoch_) rt_->device()->mark_ready(layer, epoch_);  // stream waits may go on
@@ -662,10 +647,7 @@ void Batch::commit() {
       pool.write_records(records);
     }
   } catch (const Error& e) {
-    for (Item& it : items_) {
-      int expected = 0;
-      it.error.compare_exchange_strong(expected, e.code());
-    }
+    fail_all(e.code());
     records.clear();
   }
   size_t r = 0;

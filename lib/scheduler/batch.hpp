@@ -15,6 +15,7 @@
 #include "binding/staging.hpp"
 #include "index/key.hpp"
 #include "kernels/device.hpp"
+#include "kernels/gpu_uring.hpp"
 #include "tutti.h"
 
 namespace tutti {
@@ -86,6 +87,15 @@ class Batch {
   void issue_layer_gpu(uint32_t layer);
   void gpu_layer_landed(uint32_t layer);
   void issue_layer_dram(uint32_t layer);
+  void dram_layer_landed(uint32_t layer);
+  void staged_layer_landed(uint32_t layer);
+  void land(uint32_t layer, const int32_t* status, bool errnos);
+  static void fail_item(Item& it, int code);  // the first error of a chunk stays
+  void fail_all(int code);
+  // CUDA host callbacks: on_landed<F> calls F(layer) for the Landed it was given.
+  struct Landed;
+  template <void (Batch::*F)(uint32_t)>
+  static void on_landed(void* arg);
   void gather_on_device(std::vector<IoOp*>& group, size_t first);
   // Every path that may end the batch ends with release(): the batch is final (and may be
   // freed by its owner) only once no thread is inside any of its callbacks.
@@ -123,6 +133,8 @@ class Batch {
   // the stream has finished the layer before.
   struct GpuSet {
     uint64_t targets = 0, copies = 0, status = 0;  // device addresses
+    gpu::IoTarget* targets_host = nullptr;        // the same memory, as the CPU sees it
+    gpu::ChunkCopy* copies_host = nullptr;
     const int32_t* status_host = nullptr;
   };
   void* gpu_pinned_ = nullptr;
