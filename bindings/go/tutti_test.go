@@ -204,9 +204,13 @@ func TestConcurrentBatches(t *testing.T) {
 
 // Every function of tutti.h is called by this package.
 func TestEveryFunctionIsBound(t *testing.T) {
-	header, err := os.ReadFile(os.Getenv("TUTTI_HEADER"))
+	path := os.Getenv("TUTTI_HEADER")
+	if path == "" {
+		path = "../../include/tutti.h" // the package's place in the source tree
+	}
+	header, err := os.ReadFile(path)
 	if err != nil {
-		t.Skipf("TUTTI_HEADER not set: %v", err)
+		t.Fatal(err)
 	}
 	var src []byte
 	files, _ := filepath.Glob("*.go")

@@ -300,14 +300,20 @@ TEST_P(GpuFailedRead, LeavesBlocksAlone) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, GpuFailedRead, ::testing::Values("uring", "gpu-uring"));
 
-TEST(Gpu, GpuUringRefusesHostMemoryAndVerify) {
-  Dir dir;
-  std::vector<std::byte> host(1 << 20);
-  void* bases[1] = {host.data()};
+// One layer of 8 fused blocks in host memory (bases[0] must point at 1 MiB).
+tutti_kv_layout host_layout(void** bases) {
   tutti_kv_layout l;
   tutti_kv_layout_init(&l, 1, 8, 16, 2, 64, 2, 0);
   l.k_base = bases;
   l.v_offset = 8 * l.block_stride;
+  return l;
+}
+
+TEST(Gpu, GpuUringRefusesHostMemoryAndVerify) {
+  Dir dir;
+  std::vector<std::byte> host(1 << 20);
+  void* bases[1] = {host.data()};
+  tutti_kv_layout l = host_layout(bases);
   int rc = 0;
   EXPECT_EQ(open_runtime(dir.path + "/pool", "gpu-uring", l, false, "object", &rc), nullptr);
   EXPECT_EQ(rc, TUTTI_EUNSUPPORTED);
@@ -322,10 +328,7 @@ TEST(Gpu, HostPointersAreNotCudaMemory) {
   Dir dir;
   std::vector<std::byte> host(1 << 20);
   void* bases[1] = {host.data()};
-  tutti_kv_layout l;
-  tutti_kv_layout_init(&l, 1, 8, 16, 2, 64, 2, 0);
-  l.k_base = bases;
-  l.v_offset = 8 * l.block_stride;
+  tutti_kv_layout l = host_layout(bases);
   l.memory = TUTTI_MEMORY_CUDA;
   int rc = 0;
   EXPECT_EQ(open_runtime(dir.path + "/pool", "uring", l, false, "object", &rc), nullptr);

@@ -122,7 +122,8 @@ def test_errors_are_exceptions_with_codes(tmp_path):
 
 
 def test_every_function_of_the_header_is_bound():
-    header = open(os.environ.get("TUTTI_HEADER", "include/tutti.h")).read()
+    here = os.path.dirname(os.path.abspath(__file__))
+    header = open(os.environ.get("TUTTI_HEADER", os.path.join(here, "../../../include/tutti.h"))).read()
     names = re.findall(r"TUTTI_API[^;(]*?\b(tutti_\w+)\s*\(", header)
     assert len(names) >= 20
     missing = [n for n in names if not hasattr(tutti_c, n)]

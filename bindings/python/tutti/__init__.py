@@ -91,6 +91,37 @@ class KvLayout:
         return getattr(self._raw, name)
 
 
+class _Handle:
+    """Owns one C handle: closed by close(), by the end of a with block, or when collected."""
+
+    _what = "handle"
+
+    def __init__(self):
+        self._raw = None
+
+    def _destroy(self, raw) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        if self._raw is not None:
+            self._destroy(self._raw)
+            self._raw = None
+
+    def _handle(self):
+        if self._raw is None:
+            raise Error(_c.TUTTI_ESTATE, f"the {self._what} is closed")
+        return self._raw
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+
 @dataclass
 class Request:
     tokens: Any
@@ -108,11 +139,13 @@ class Result:
     tokens: int
 
 
-class Batch:
+class Batch(_Handle):
     """Load or store requests layer by layer. Use as a context manager (destroyed on exit)."""
 
+    _what = "batch"
+
     def __init__(self, rt: "Runtime", op: str):
-        self._raw = None
+        super().__init__()
         ops = {"load": _c.TUTTI_OP_LOAD, "store": _c.TUTTI_OP_STORE}
         if op not in ops:
             raise ValueError(f"op must be 'load' or 'store', not {op!r}")
@@ -151,33 +184,19 @@ class Batch:
     def chunk_status(self, request: int = 0, cap: int = 1 << 16) -> list:
         return _split(_c.tutti_batch_chunk_status(self._handle(), request, cap))
 
-    def close(self) -> None:
-        if self._raw is not None:
-            _c.tutti_batch_destroy(self._raw)  # waits for anything in flight
-            self._raw = None
-            self._requests = []
-
-    def _handle(self):
-        if self._raw is None:
-            raise Error(_c.TUTTI_ESTATE, "the batch is closed")
-        return self._raw
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
+    def _destroy(self, raw) -> None:
+        _c.tutti_batch_destroy(raw)  # waits for anything in flight
+        self._requests = []
 
 
-class Runtime:
+class Runtime(_Handle):
     """A pool and a registered KV cache. Options are tutti.h's keys (pool, capacity, chunk_tokens,
     backend, ...); values are converted with str(). Unset keys come from TUTTI_* variables."""
 
+    _what = "runtime"
+
     def __init__(self, **options):
-        self._raw = None
+        super().__init__()
         opts = _split(_c.tutti_options_create())
         try:
             for key, value in options.items():
@@ -213,21 +232,5 @@ class Runtime:
     def layer_wait_ns(self) -> list:
         return _split(_c.tutti_runtime_layer_wait_ns(self._handle(), 4096))
 
-    def close(self) -> None:
-        if self._raw is not None:
-            _c.tutti_runtime_close(self._raw)
-            self._raw = None
-
-    def _handle(self):
-        if self._raw is None:
-            raise Error(_c.TUTTI_ESTATE, "the runtime is closed")
-        return self._raw
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
+    def _destroy(self, raw) -> None:
+        _c.tutti_runtime_close(raw)
