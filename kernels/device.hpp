@@ -86,6 +86,33 @@ class Device {
   uint64_t* control_dev_ = nullptr;
 };
 
+// Host memory pinned and mapped for a device for as long as this object lives.
+class HostPin {
+ public:
+  HostPin() = default;
+  HostPin(Device& dev, void* p, size_t bytes) : dev_(&dev), device_address_(dev.pin(p, bytes)), p_(p) {}
+  ~HostPin() { reset(); }
+  HostPin(HostPin&& o) noexcept : dev_(o.dev_), device_address_(o.device_address_), p_(o.p_) { o.p_ = nullptr; }
+  HostPin& operator=(HostPin&& o) noexcept {
+    if (this != &o) {
+      reset();
+      dev_ = o.dev_, device_address_ = o.device_address_, p_ = o.p_;
+      o.p_ = nullptr;
+    }
+    return *this;
+  }
+  uint64_t device_address() const { return device_address_; }
+  void reset() {
+    if (p_) dev_->unpin(p_);
+    p_ = nullptr;
+  }
+
+ private:
+  Device* dev_ = nullptr;
+  uint64_t device_address_ = 0;
+  void* p_ = nullptr;
+};
+
 // Helpers for tests and the bench (device memory they own).
 void* alloc(int ordinal, size_t bytes);
 void free(void* p);

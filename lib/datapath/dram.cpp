@@ -10,7 +10,7 @@
 
 namespace tutti {
 
-DramPool::DramPool(const Pool& pool, gpu::Device* dev) : dev_(dev) {
+DramPool::DramPool(const Pool& pool, gpu::Device* dev) {
   for (size_t i = 0; i < pool.files(); ++i) {
     const PoolFile& f = pool.file(i);
     TUTTI_EXPECT_CODE(f.in_memory, TUTTI_EUNSUPPORTED,
@@ -25,8 +25,8 @@ DramPool::DramPool(const Pool& pool, gpu::Device* dev) : dev_(dev) {
       const size_t bytes = static_cast<size_t>(st.st_size);
       void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, f.fd.get(), 0);
       if (p == MAP_FAILED) fail_errno(errno, "mmap " + f.path);
-      maps_.push_back(Map{static_cast<std::byte*>(p), 0, bytes});
-      if (dev_) maps_.back().device = dev_->pin(p, bytes);
+      maps_.push_back(Map{static_cast<std::byte*>(p), bytes, {}});
+      if (dev) maps_.back().pin = gpu::HostPin(*dev, p, bytes);
     }
   } catch (...) {
     unmap();
@@ -38,7 +38,7 @@ DramPool::~DramPool() { unmap(); }
 
 void DramPool::unmap() {
   for (Map& m : maps_) {
-    if (m.device) dev_->unpin(m.host);
+    m.pin.reset();  // before the pages go
     ::munmap(m.host, m.bytes);
   }
   maps_.clear();

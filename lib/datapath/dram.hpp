@@ -26,19 +26,18 @@ class DramPool {
   DramPool& operator=(const DramPool&) = delete;
 
   std::byte* host(uint32_t file, uint64_t offset) const { return maps_[file].host + offset; }
-  uint64_t device(uint32_t file, uint64_t offset) const { return maps_[file].device + offset; }
+  uint64_t device(uint32_t file, uint64_t offset) const { return maps_[file].pin.device_address() + offset; }
   size_t files() const { return maps_.size(); }
 
  private:
   struct Map {
     std::byte* host = nullptr;
-    uint64_t device = 0;
     size_t bytes = 0;
+    gpu::HostPin pin;  // with CUDA memory
   };
   void unmap();
 
   std::vector<Map> maps_;
-  gpu::Device* dev_ = nullptr;
 };
 
 // The host-memory side: a pool of threads copying between the mapping and the ops' memory.

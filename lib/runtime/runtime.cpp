@@ -25,7 +25,6 @@ Runtime::~Runtime() {
   load_backend_.reset();
   backend_.reset();    // joins I/O threads
   dram_.reset();       // unpins the mapped pool
-  if (device_ && staging_) device_->unpin(staging_->arena());
 }
 
 void Runtime::require_registered() const {
@@ -85,24 +84,15 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   // Staging buffers hold one I/O each: a chunk-layer extent, or one block's K or V. The copy
   // kernels of dram need none: they read and write the mapped pool itself.
   std::unique_ptr<Staging> staging;
-  // Until registration succeeds, pinned staging is unpinned on the way out: a failure below
-  // (a backend that cannot start) must leave nothing registered with CUDA.
-  struct Unpin {
-    gpu::Device* dev = nullptr;
-    void* p = nullptr;
-    ~Unpin() {
-      if (p) dev->unpin(p);
-    }
-  } unpin;
+  gpu::HostPin staging_pin;  // a registration that fails below leaves nothing pinned
   if (!direct && !(dram && device)) {
     const uint64_t op_bytes =
         cfg_.io_mode == IoMode::kObject ? shape.layer_bytes() : shape.token_bytes() * binding->block_tokens();
     staging = std::make_unique<Staging>(std::max(cfg_.staging, op_bytes), op_bytes);
     // The copy kernels read and write staging in place, over PCIe.
     if (device) {
-      staging->set_device_base(device->pin(staging->arena(), staging->arena_bytes()));
-      unpin.dev = device.get();
-      unpin.p = staging->arena();
+      staging_pin = gpu::HostPin(*device, staging->arena(), staging->arena_bytes());
+      staging->set_device_base(staging_pin.device_address());
     }
   }
 
@@ -146,6 +136,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   pool_ = std::move(pool);
   index_ = std::move(index);
   staging_ = std::move(staging);
+  staging_pin_ = std::move(staging_pin);
   dram_ = std::move(dram_pool);
   backend_ = std::move(backend);
   load_arena_ = std::move(load_arena);
@@ -156,7 +147,6 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   device_ = std::move(device);
   scheduler_ = std::make_unique<Scheduler>(cfg_.lookahead);
   binding_ = std::move(binding);
-  unpin.p = nullptr;  // ~Runtime unpins from now on
 }
 
 size_t Runtime::lookup(const int32_t* tokens, size_t n, const void* salt, size_t salt_len) {

@@ -72,6 +72,7 @@ class Runtime {
   std::unique_ptr<KvBinding> binding_;
   std::unique_ptr<gpu::Device> device_;
   std::unique_ptr<Staging> staging_;
+  gpu::HostPin staging_pin_;  // CUDA memory: staging mapped for the copy kernels
   std::unique_ptr<DramPool> dram_;  // outlives the backend, whose threads copy from it
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<void, void (*)(void*)> load_arena_{nullptr, gpu::free};  // HBM for load_staging_
