@@ -24,27 +24,33 @@ if [ ! -e "$kernel/kimage/boot/vmlinuz-$KVER" ]; then
 fi
 kimage=$kernel/kimage
 
-echo "== build the module and the guest test"
-rm -rf kmod && mkdir kmod && cp -r "$src/kmod/tutti_kmod.c" "$src/kmod/Makefile" "$src/kmod/uapi" kmod/
-make -s -C kmod KVER="$KVER" 2>&1 | grep -v "Skipping BTF" || true
-[ -f kmod/tutti_kmod.ko ] || { echo "module build failed"; exit 1; }
-modinfo kmod/tutti_kmod.ko | grep -E "^(vermagic|description)"
-gcc -O2 -static -Wall -Wextra -Werror -o kmod_test "$src/tests/kmod/kmod_test.c" -luring
-g++ -std=c++20 -O2 -static -Wall -Wextra -Werror -I"$src/lib" -I"$src/include" -I"$src" -o passthru_test \
-  "$src/tests/kmod/passthru_test.cpp" "$src/lib/nvme/extents.cpp" "$src/lib/nvme/passthru.cpp" \
-  "$src/lib/common/error.cpp" -luring
-# The runtime itself, static and without CUDA, for a pool on the guest's ext4.
-lib_srcs=$(sed -n 's|^  \([a-z_]*/[a-z_]*\.cpp\).*|'"$src"'/lib/\1|p' "$src/lib/CMakeLists.txt" | tr -d ')')
-gcc -std=c11 -O2 -Wall -Wextra -Werror -I"$src/include" -c -o pool_test.o "$src/tests/kmod/pool_test.c"
-g++ -std=c++20 -O1 -static -w -I"$src/lib" -I"$src/include" -I"$src" -o pool_test pool_test.o $lib_srcs \
-  "$src/kernels/device_stub.cpp" -luring -lxxhash -lpthread 2>&1 | grep -v "dlopen\|statically linked" || true
-[ -x pool_test ] || { echo "pool_test build failed"; exit 1; }
+echo "== build the module and the guest programs"
+# Built once for both runs (IOMMU or not), again only when a source changed.
+guest=$(mkdir -p "${1:-build}/kmod-guest" && cd "${1:-build}/kmod-guest" && pwd)
+if [ ! -x "$guest/pool_test" ] ||
+   [ -n "$(find "$src/lib" "$src/include" "$src/kernels" "$src/kmod" "$src/tests/kmod" -newer "$guest/pool_test" -print -quit)" ]; then
+  rm -rf "$guest" && mkdir -p "$guest/kmod"  # nothing stale can pass for a fresh build
+  cp -r "$src/kmod/tutti_kmod.c" "$src/kmod/Makefile" "$src/kmod/uapi" "$guest/kmod/"
+  make -s -C "$guest/kmod" KVER="$KVER" 2>&1 | grep -v "Skipping BTF" || true
+  [ -f "$guest/kmod/tutti_kmod.ko" ] || { echo "module build failed"; exit 1; }
+  gcc -O2 -static -Wall -Wextra -Werror -o "$guest/kmod_test" "$src/tests/kmod/kmod_test.c" -luring
+  g++ -std=c++20 -O2 -static -Wall -Wextra -Werror -I"$src/lib" -I"$src/include" -I"$src" -o "$guest/passthru_test" \
+    "$src/tests/kmod/passthru_test.cpp" "$src/lib/nvme/extents.cpp" "$src/lib/nvme/passthru.cpp" \
+    "$src/lib/common/error.cpp" -luring
+  # The runtime itself, static and without CUDA, for a pool on the guest's ext4.
+  lib_srcs=$(sed -n 's|^  \([a-z_]*/[a-z_]*\.cpp\).*|'"$src"'/lib/\1|p' "$src/lib/CMakeLists.txt" | tr -d ')')
+  gcc -std=c11 -O2 -Wall -Wextra -Werror -I"$src/include" -c -o "$guest/pool_test.o" "$src/tests/kmod/pool_test.c"
+  g++ -std=c++20 -O1 -static -w -I"$src/lib" -I"$src/include" -I"$src" -o "$guest/pool_test" "$guest/pool_test.o" \
+    $lib_srcs "$src/kernels/device_stub.cpp" -luring -lxxhash -lpthread 2>&1 | grep -v "dlopen\|statically linked" || true
+  [ -x "$guest/pool_test" ] || { echo "pool_test build failed"; exit 1; }
+fi
+modinfo "$guest/kmod/tutti_kmod.ko" | grep -E "^(vermagic|description)"
 
 echo "== initramfs"
 rm -rf root && mkdir -p root/bin root/proc root/sys root/dev root/lib
 cp /bin/busybox root/bin/busybox
 cp "$src/tests/kmod/init.sh" root/init && chmod +x root/init
-cp kmod/tutti_kmod.ko kmod_test passthru_test pool_test root/
+cp "$guest/kmod/tutti_kmod.ko" "$guest/kmod_test" "$guest/passthru_test" "$guest/pool_test" root/
 : > root/modules.list
 for m in $( (modprobe -d "$kimage" -S "$KVER" --show-depends nvme; modprobe -d "$kimage" -S "$KVER" --show-depends ext4) |
            awk '/^insmod/ && !seen[$2]++ {print $2}'); do
