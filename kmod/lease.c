@@ -5,21 +5,27 @@
  * which the kernel also does when the process is killed. See kmod/README.md for the threat
  * model.
  *
- * This first version holds pinned user memory (the DMA targets of later commands); queue
- * pairs and controller binding come next.
+ * A lease pins its own memory and DMA-maps it (or a dma-buf) for an NVMe controller that an
+ * operator dedicated to tutti (nvme.c in this folder), and gets polled I/O queue pairs on that
+ * controller, mapped into its address space with their doorbells. Release order: queues are
+ * deleted first (the controller stops touching memory), then DMA mappings, then pins.
  */
+#include <linux/dma-buf.h>
+#include <linux/dma-mapping.h>
 #include <linux/fs.h>
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
+#include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
+#include "tutti_nvme.h"
 #include "uapi/tutti_kmod.h"
 
 #define TUTTI_MAJOR 0
-#define TUTTI_MINOR 1
+#define TUTTI_MINOR 2
 #define TUTTI_PATCH 0
 
 struct tutti_pinned {
@@ -27,13 +33,29 @@ struct tutti_pinned {
 	u64 handle;
 	struct page **pages;
 	unsigned long npages;
+	unsigned int maps; /* DMA mappings of this range: it cannot be unpinned while mapped */
+};
+
+/* A DMA mapping for one controller: of a pinned range, or of a dma-buf attachment. */
+struct tutti_map {
+	struct list_head node;
+	u64 handle;
+	struct tutti_ctrl *ctrl;
+	struct tutti_pinned *pinned;
+	struct sg_table sgt;            /* pinned */
+	struct dma_buf *dmabuf;         /* dma-buf */
+	struct dma_buf_attachment *attach;
+	struct sg_table *dmabuf_sgt;
 };
 
 struct tutti_lease {
 	struct list_head node; /* in tutti_leases */
-	struct mutex lock;     /* pinned, next_handle */
+	struct mutex lock;     /* everything below */
 	struct list_head pinned;
+	struct list_head maps;
+	struct list_head qps;
 	u64 next_handle;
+	struct file *file;     /* its mappings are zapped if a controller goes away */
 };
 
 static LIST_HEAD(tutti_leases);
@@ -64,6 +86,33 @@ static const struct kernel_param_ops pinned_ops = { .get = pinned_get };
 module_param_cb(pinned_pages, &pinned_ops, NULL, 0444);
 MODULE_PARM_DESC(pinned_pages, "pages pinned by all leases");
 
+static atomic_t tutti_qps = ATOMIC_INIT(0);
+
+static int qps_get(char *buf, const struct kernel_param *kp)
+{
+	return sysfs_emit(buf, "%d\n", atomic_read(&tutti_qps));
+}
+static const struct kernel_param_ops qps_ops = { .get = qps_get };
+module_param_cb(queue_pairs, &qps_ops, NULL, 0444);
+MODULE_PARM_DESC(queue_pairs, "NVMe I/O queue pairs held by all leases");
+
+static void tutti_unmap(struct tutti_map *m)
+{
+	struct device *dev = &m->ctrl->pdev->dev;
+
+	if (m->dmabuf) {
+		dma_buf_unmap_attachment_unlocked(m->attach, m->dmabuf_sgt, DMA_BIDIRECTIONAL);
+		dma_buf_detach(m->dmabuf, m->attach);
+		dma_buf_put(m->dmabuf);
+	} else {
+		dma_unmap_sgtable(dev, &m->sgt, DMA_BIDIRECTIONAL, 0);
+		sg_free_table(&m->sgt);
+		m->pinned->maps--;
+	}
+	tutti_ctrl_put(m->ctrl);
+	kfree(m);
+}
+
 static void tutti_unpin(struct tutti_pinned *p)
 {
 	unpin_user_pages(p->pages, p->npages);
@@ -84,7 +133,10 @@ static int tutti_open(struct inode *inode, struct file *file)
 		return -ENOMEM;
 	mutex_init(&lease->lock);
 	INIT_LIST_HEAD(&lease->pinned);
+	INIT_LIST_HEAD(&lease->maps);
+	INIT_LIST_HEAD(&lease->qps);
 	lease->next_handle = 1;
+	lease->file = file;
 	mutex_lock(&tutti_leases_lock);
 	list_add(&lease->node, &tutti_leases);
 	mutex_unlock(&tutti_leases_lock);
@@ -97,7 +149,19 @@ static int tutti_release(struct inode *inode, struct file *file)
 {
 	struct tutti_lease *lease = file->private_data;
 	struct tutti_pinned *p, *tmp;
+	struct tutti_qp_mem *q, *qtmp;
+	struct tutti_map *m, *mtmp;
 
+	/* The controller stops using a lease's memory before that memory is unmapped and unpinned. */
+	list_for_each_entry_safe(q, qtmp, &lease->qps, node) {
+		list_del(&q->node);
+		tutti_qp_destroy(q);
+		atomic_dec(&tutti_qps);
+	}
+	list_for_each_entry_safe(m, mtmp, &lease->maps, node) {
+		list_del(&m->node);
+		tutti_unmap(m);
+	}
 	list_for_each_entry_safe(p, tmp, &lease->pinned, node) {
 		list_del(&p->node);
 		tutti_unpin(p);
@@ -179,15 +243,271 @@ static long tutti_unpin_handle(struct tutti_lease *lease, void __user *arg)
 	list_for_each_entry(p, &lease->pinned, node) {
 		if (p->handle == handle) {
 			found = p;
-			list_del(&p->node);
+			break;
+		}
+	}
+	if (found && found->maps) {
+		mutex_unlock(&lease->lock);
+		return -EBUSY; /* still DMA-mapped for a controller */
+	}
+	if (found)
+		list_del(&found->node);
+	mutex_unlock(&lease->lock);
+	if (!found)
+		return -ENOENT;
+	tutti_unpin(found);
+	return 0;
+}
+
+static long tutti_ctrl_info(void __user *arg)
+{
+	struct tutti_ctrl_info req;
+	struct tutti_ctrl *c;
+	long ret;
+
+	if (copy_from_user(&req, arg, sizeof(req)))
+		return -EFAULT;
+	if (req.size != sizeof(req) || req.reserved)
+		return -EINVAL;
+	c = tutti_ctrl_get(req.ctrl);
+	if (!c)
+		return -ENODEV;
+	req.max_queues = c->max_queues;
+	req.mqes = c->mqes;
+	req.dstrd = c->dstrd;
+	strscpy(req.bdf, pci_name(c->pdev), sizeof(req.bdf));
+	ret = tutti_identify(c, 1, 0, u64_to_user_ptr(req.identify));
+	if (!ret && req.identify_ns)
+		ret = tutti_identify(c, 0, 1, u64_to_user_ptr(req.identify_ns));
+	tutti_ctrl_put(c);
+	if (ret)
+		return ret;
+	return copy_to_user(arg, &req, sizeof(req)) ? -EFAULT : 0;
+}
+
+static long tutti_create_qp(struct tutti_lease *lease, void __user *arg)
+{
+	struct tutti_qp req;
+	struct tutti_qp_mem *q;
+	struct tutti_ctrl *c;
+	int i;
+
+	if (copy_from_user(&req, arg, sizeof(req)))
+		return -EFAULT;
+	if (req.size != sizeof(req))
+		return -EINVAL;
+	c = tutti_ctrl_get(req.ctrl);
+	if (!c)
+		return -ENODEV;
+	q = tutti_qp_create(c, req.depth); /* holds its own reference on c */
+	tutti_ctrl_put(c);
+	if (IS_ERR(q))
+		return PTR_ERR(q);
+	atomic_inc(&tutti_qps);
+	mutex_lock(&lease->lock);
+	q->token = lease->next_handle++;
+	list_add(&q->node, &lease->qps);
+	mutex_unlock(&lease->lock);
+	req.qid = q->qid;
+	req.token = q->token;
+	req.sq_doorbell = q->sq_doorbell;
+	req.cq_doorbell = q->cq_doorbell;
+	req.lists_dma = q->lists_dma;
+	for (i = 0; i < TUTTI_QP_REGIONS; i++)
+		req.region_bytes[i] = q->region_bytes[i];
+	if (copy_to_user(arg, &req, sizeof(req)))
+		return -EFAULT; /* the pair stays with the lease */
+	return 0;
+}
+
+static long tutti_delete_qp(struct tutti_lease *lease, void __user *arg)
+{
+	struct tutti_qp_mem *q, *found = NULL;
+	u64 token;
+
+	if (copy_from_user(&token, arg, sizeof(token)))
+		return -EFAULT;
+	mutex_lock(&lease->lock);
+	list_for_each_entry(q, &lease->qps, node) {
+		if (q->token == token) {
+			found = q;
+			list_del(&q->node);
 			break;
 		}
 	}
 	mutex_unlock(&lease->lock);
 	if (!found)
 		return -ENOENT;
-	tutti_unpin(found);
+	/* Pages of the queues still mapped in the process keep their memory until unmapped. */
+	tutti_qp_destroy(found);
+	atomic_dec(&tutti_qps);
 	return 0;
+}
+
+/* Writes the bus address of every page of a DMA-mapped table to the user array. */
+static long tutti_put_iovas(struct sg_table *sgt, u64 __user *out, u64 capacity, u64 *npages)
+{
+	struct scatterlist *sg;
+	u64 k = 0, off;
+	int i;
+
+	for_each_sgtable_dma_sg(sgt, sg, i) {
+		dma_addr_t a = sg_dma_address(sg);
+		unsigned int len = sg_dma_len(sg);
+
+		if (!PAGE_ALIGNED(a) || !PAGE_ALIGNED(len))
+			return -EINVAL; /* not describable page by page */
+		for (off = 0; off < len; off += PAGE_SIZE, k++)
+			if (k < capacity && put_user(a + off, out + k))
+				return -EFAULT;
+	}
+	*npages = k;
+	return k > capacity ? -ENOSPC : 0;
+}
+
+static long tutti_map_dma(struct tutti_lease *lease, void __user *arg)
+{
+	struct tutti_dma_map req;
+	struct tutti_pinned *p = NULL, *it;
+	struct tutti_map *m;
+	struct sg_table *sgt;
+	long ret;
+
+	if (copy_from_user(&req, arg, sizeof(req)))
+		return -EFAULT;
+	if (req.size != sizeof(req) || req.reserved)
+		return -EINVAL;
+	m = kzalloc(sizeof(*m), GFP_KERNEL);
+	if (!m)
+		return -ENOMEM;
+	m->ctrl = tutti_ctrl_get(req.ctrl);
+	if (!m->ctrl) {
+		kfree(m);
+		return -ENODEV;
+	}
+	mutex_lock(&lease->lock);
+	if (req.dmabuf_fd < 0) {
+		list_for_each_entry(it, &lease->pinned, node)
+			if (it->handle == req.pinned)
+				p = it;
+		ret = -ENOENT;
+		if (!p)
+			goto out_unlock;
+		ret = sg_alloc_table_from_pages(&m->sgt, p->pages, p->npages, 0, p->npages << PAGE_SHIFT, GFP_KERNEL);
+		if (ret)
+			goto out_unlock;
+		ret = dma_map_sgtable(&m->ctrl->pdev->dev, &m->sgt, DMA_BIDIRECTIONAL, 0);
+		if (ret) {
+			sg_free_table(&m->sgt);
+			goto out_unlock;
+		}
+		m->pinned = p;
+		p->maps++;
+		sgt = &m->sgt;
+	} else {
+		m->dmabuf = dma_buf_get(req.dmabuf_fd);
+		ret = PTR_ERR_OR_ZERO(m->dmabuf);
+		if (ret) {
+			m->dmabuf = NULL;
+			goto out_unlock;
+		}
+		m->attach = dma_buf_attach(m->dmabuf, &m->ctrl->pdev->dev);
+		ret = PTR_ERR_OR_ZERO(m->attach);
+		if (!ret) {
+			m->dmabuf_sgt = dma_buf_map_attachment_unlocked(m->attach, DMA_BIDIRECTIONAL);
+			ret = PTR_ERR_OR_ZERO(m->dmabuf_sgt);
+			if (ret)
+				dma_buf_detach(m->dmabuf, m->attach);
+		}
+		if (ret) {
+			dma_buf_put(m->dmabuf);
+			m->dmabuf = NULL;
+			goto out_unlock;
+		}
+		sgt = m->dmabuf_sgt;
+	}
+	ret = tutti_put_iovas(sgt, u64_to_user_ptr(req.iovas), req.npages, &req.npages);
+	if (ret) {
+		tutti_unmap(m); /* drops the controller reference too */
+		mutex_unlock(&lease->lock);
+		if (ret == -ENOSPC && copy_to_user(arg, &req, sizeof(req)))
+			return -EFAULT;
+		return ret; /* ENOSPC: npages says how many are needed */
+	}
+	m->handle = lease->next_handle++;
+	list_add(&m->node, &lease->maps);
+	mutex_unlock(&lease->lock);
+	req.handle = m->handle;
+	return copy_to_user(arg, &req, sizeof(req)) ? -EFAULT : 0;
+
+out_unlock:
+	mutex_unlock(&lease->lock);
+	tutti_ctrl_put(m->ctrl);
+	kfree(m);
+	return ret;
+}
+
+static long tutti_unmap_dma(struct tutti_lease *lease, void __user *arg)
+{
+	struct tutti_map *m, *found = NULL;
+	u64 handle;
+
+	if (copy_from_user(&handle, arg, sizeof(handle)))
+		return -EFAULT;
+	mutex_lock(&lease->lock);
+	list_for_each_entry(m, &lease->maps, node) {
+		if (m->handle == handle) {
+			found = m;
+			list_del(&m->node);
+			break;
+		}
+	}
+	if (found)
+		tutti_unmap(found); /* under the lock: it changes the pinned range's count */
+	mutex_unlock(&lease->lock);
+	return found ? 0 : -ENOENT;
+}
+
+static vm_fault_t tutti_vm_fault(struct vm_fault *vmf)
+{
+	return VM_FAULT_SIGBUS; /* a queue whose controller went away */
+}
+
+static const struct vm_operations_struct tutti_vm_ops = {
+	.fault = tutti_vm_fault,
+};
+
+/* Maps a region of a queue pair: offset (token * TUTTI_QP_REGIONS + region) pages. */
+static int tutti_mmap(struct file *file, struct vm_area_struct *vma)
+{
+	struct tutti_lease *lease = file->private_data;
+	u64 token = vma->vm_pgoff / TUTTI_QP_REGIONS;
+	unsigned int region = vma->vm_pgoff % TUTTI_QP_REGIONS;
+	struct tutti_qp_mem *q, *found = NULL;
+	int ret;
+
+	if (!(vma->vm_flags & VM_SHARED))
+		return -EINVAL;
+	mutex_lock(&lease->lock);
+	list_for_each_entry(q, &lease->qps, node)
+		if (q->token == token)
+			found = q;
+	ret = found ? tutti_qp_mmap(found, region, vma) : -ENOENT;
+	if (!ret)
+		vma->vm_ops = &tutti_vm_ops;
+	mutex_unlock(&lease->lock);
+	return ret;
+}
+
+/* A controller went away: no process may touch its doorbells or queues any more. */
+void tutti_zap_mappings(void)
+{
+	struct tutti_lease *lease;
+
+	mutex_lock(&tutti_leases_lock);
+	list_for_each_entry(lease, &tutti_leases, node)
+		unmap_mapping_range(lease->file->f_mapping, 0, 0, 1);
+	mutex_unlock(&tutti_leases_lock);
 }
 
 static long tutti_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
@@ -202,6 +522,16 @@ static long tutti_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return tutti_pin(lease, uarg);
 	case TUTTI_IOC_UNPIN:
 		return tutti_unpin_handle(lease, uarg);
+	case TUTTI_IOC_CTRL_INFO:
+		return tutti_ctrl_info(uarg);
+	case TUTTI_IOC_CREATE_QP:
+		return tutti_create_qp(lease, uarg);
+	case TUTTI_IOC_DELETE_QP:
+		return tutti_delete_qp(lease, uarg);
+	case TUTTI_IOC_MAP_DMA:
+		return tutti_map_dma(lease, uarg);
+	case TUTTI_IOC_UNMAP_DMA:
+		return tutti_unmap_dma(lease, uarg);
 	default:
 		return -ENOTTY;
 	}
@@ -212,6 +542,7 @@ static const struct file_operations tutti_fops = {
 	.open = tutti_open,
 	.release = tutti_release,
 	.unlocked_ioctl = tutti_ioctl,
+	.mmap = tutti_mmap,
 	.compat_ioctl = compat_ptr_ioctl,
 	.llseek = noop_llseek,
 };
@@ -225,15 +556,24 @@ static struct miscdevice tutti_misc = {
 
 static int __init tutti_init(void)
 {
-	return misc_register(&tutti_misc);
+	int ret = tutti_nvme_register();
+
+	if (ret)
+		return ret;
+	ret = misc_register(&tutti_misc);
+	if (ret)
+		tutti_nvme_unregister();
+	return ret;
 }
 
 static void __exit tutti_exit(void)
 {
-	misc_deregister(&tutti_misc);
+	misc_deregister(&tutti_misc); /* no lease is left: an open file pins the module */
+	tutti_nvme_unregister();
 }
 
 module_init(tutti_init);
 module_exit(tutti_exit);
 MODULE_DESCRIPTION("tutti: user- and GPU-driven NVMe queues for KV-cache I/O");
 MODULE_LICENSE("GPL");
+MODULE_IMPORT_NS(DMA_BUF);

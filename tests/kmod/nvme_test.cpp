@@ -1,0 +1,436 @@
+// Runs inside the QEMU guest as root: NVMe queue pairs that tutti_kmod sets up on a controller
+// dedicated to it (the second controller of the NVM subsystem; the first one stays with the
+// stock nvme driver, which keeps the namespace's ext4 mounted). Loads a file's bytes through
+// the module's queues with PRPs and with SGLs, straight into scattered "KV blocks" of pinned
+// host memory and of a vgem dma-buf, and compares them with what the filesystem reads.
+// Also: bad requests refused, a process killed mid-I/O leaves nothing behind, and (with an
+// IOMMU) a bus address that is not mapped fails the command instead of reaching memory.
+//   nvme_test FILE        (FILE on the ext4 of the shared namespace)
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dirent.h>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "kmod/uapi/tutti_kmod.h"
+#include "nvme/extents.hpp"
+#include "nvme/queue.hpp"
+
+namespace nv = tutti::nvme;
+
+namespace {
+
+int failures = 0;
+
+void check(bool ok, const std::string& what) {
+  std::printf("%s %s", ok ? "ok  " : "FAIL", what.c_str());
+  if (!ok) std::printf("  (errno %d: %s)", errno, std::strerror(errno)), ++failures;
+  std::printf("\n");
+}
+
+long param(const char* name) {
+  std::ifstream f(std::string("/sys/module/tutti_kmod/parameters/") + name);
+  long v = -1;
+  f >> v;
+  return v;
+}
+
+struct Aligned {  // page-aligned host memory
+  explicit Aligned(size_t n) : bytes(n) {
+    if (posix_memalign(&p, 4096, n) != 0) tutti::fail(TUTTI_ENOMEM, "posix_memalign");
+    std::memset(p, 0, n);
+  }
+  ~Aligned() { std::free(p); }
+  std::byte* data() const { return static_cast<std::byte*>(p); }
+  void* p = nullptr;
+  size_t bytes;
+};
+
+// Where each piece of an object goes: `len` bytes at offset `dst` of the destination memory,
+// in object order (a layer's K and V blocks of one chunk, as a block table places them).
+struct Piece {
+  size_t dst;
+  uint32_t len;
+};
+
+struct Counts {
+  uint32_t commands = 0, pointers = 0;  // NVMe commands; PRP entries or SGL descriptors
+  bool ok = true;                       // every command succeeded
+};
+
+// Reads the object at file extents `ext` into `pieces` of `mem` through `qp`: each command
+// covers as much of one extent as MDTS allows and as its data pointer can describe (PRPs need
+// page-aligned joins; an SGL takes any piece). The data pointer is built by kernels/nvme_cmd.hpp.
+Counts load(nv::QueuePair& qp, const nv::DmaMemory& mem, const nv::ControllerInfo& ci,
+            const std::vector<nv::FileExtent>& ext, const std::vector<Piece>& pieces, bool use_sgl) {
+  Counts c;
+  size_t pi = 0, po = 0, ei = 0, eo = 0;
+  std::vector<nv::Segment> segs;
+  const uint32_t max_prp = 4096 / 8 + 1, max_sgl = 4096 / 16;  // one list page per command id
+  auto reap = [&] {
+    qp.poll([&](uint16_t, uint16_t status) { c.ok = c.ok && status == 0; });
+  };
+  while (pi < pieces.size()) {
+    const uint64_t limit = std::min<uint64_t>(ci.max_bytes, ext[ei].length - eo);
+    segs.clear();
+    uint64_t take = 0;
+    while (take < limit && pi < pieces.size()) {
+      const uint64_t n = std::min<uint64_t>(pieces[pi].len - po, limit - take);
+      std::vector<nv::Segment> trial = segs;
+      mem.segments(pieces[pi].dst + po, n, trial);
+      const auto k = static_cast<uint32_t>(trial.size());
+      const bool fits = use_sgl ? k <= max_sgl
+                                : nv::prp_ok(trial.data(), k, 4096) && nv::prp_entries(trial.data(), k, 4096) <= max_prp;
+      if (!fits) {
+        if (take == 0) tutti::fail(TUTTI_EINTERNAL, "a piece no data pointer can describe");
+        break;  // the command ends here; the next one starts with this piece
+      }
+      segs = std::move(trial);
+      take += n, po += n;
+      if (po == pieces[pi].len) ++pi, po = 0;
+    }
+    while (qp.room() == 0) reap();
+    nv::Sqe s;
+    const uint64_t byte = ext[ei].physical + eo;
+    nv::rw(s, nv::kOpRead, 0, 1, byte / ci.lba_bytes, static_cast<uint32_t>(take / ci.lba_bytes));
+    const uint16_t cid = qp.next_cid();
+    const auto n = static_cast<uint32_t>(segs.size());
+    if (use_sgl) {
+      nv::sgl(s, segs.data(), n, static_cast<nv::SglDesc*>(qp.list(cid)), qp.list_bus(cid));
+      c.pointers += n;
+    } else {
+      if (!nv::prp(s, segs.data(), n, 4096, static_cast<uint64_t*>(qp.list(cid)), qp.list_bus(cid)))
+        tutti::fail(TUTTI_EINTERNAL, "PRP refused");
+      c.pointers += nv::prp_entries(segs.data(), n, 4096);
+    }
+    qp.submit(s);
+    ++c.commands;
+    eo += take;
+    if (eo == ext[ei].length) ++ei, eo = 0;
+  }
+  while (qp.room() < qp.depth() - 1) reap();
+  return c;
+}
+
+// The file's bytes [off, off + len) as the pieces should hold them.
+bool pieces_match(const std::byte* mem, const std::vector<Piece>& pieces, const std::vector<char>& file, size_t off) {
+  for (const Piece& p : pieces) {
+    if (std::memcmp(mem + p.dst, file.data() + off, p.len) != 0) return false;
+    off += p.len;
+  }
+  return true;
+}
+
+// `count` pieces of `len` bytes placed at scattered slots of a region of `slots` slots.
+std::vector<Piece> scattered(size_t count, uint32_t len, size_t slots) {
+  std::vector<Piece> v;
+  for (size_t i = 0; i < count; ++i) v.push_back({(i * 37 + 11) % slots * len, len});
+  return v;
+}
+
+bool iommu_present() {
+  DIR* d = ::opendir("/sys/class/iommu");
+  if (!d) return false;
+  bool any = false;
+  while (dirent* e = ::readdir(d)) any = any || e->d_name[0] != '.';
+  ::closedir(d);
+  return any;
+}
+
+// A vgem dumb buffer exported as a dma-buf (the DRM uapi: MODE_CREATE_DUMB, PRIME_HANDLE_TO_FD).
+struct DumbCreate {
+  uint32_t height, width, bpp, flags, handle, pitch;
+  uint64_t size;
+};
+struct PrimeHandle {
+  uint32_t handle, flags;
+  int32_t fd;
+};
+constexpr unsigned long kDrmCreateDumb = _IOWR('d', 0xB2, DumbCreate);
+constexpr unsigned long kDrmPrimeHandleToFd = _IOWR('d', 0x2d, PrimeHandle);
+
+int vgem_dmabuf(size_t bytes) {
+  for (int i = 0; i < 8; ++i) {
+    const std::string card = "/dev/dri/card" + std::to_string(i);
+    const int fd = ::open(card.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) continue;
+    DumbCreate d{};
+    d.width = 1024, d.bpp = 32, d.height = static_cast<uint32_t>(bytes / 4096);
+    PrimeHandle h{};
+    if (::ioctl(fd, kDrmCreateDumb, &d) == 0) {
+      h.handle = d.handle, h.flags = O_RDWR | O_CLOEXEC;
+      if (::ioctl(fd, kDrmPrimeHandleToFd, &h) == 0) return h.fd;  // the card fd may go: the buffer lives on
+    }
+    ::close(fd);
+  }
+  return -1;
+}
+
+void test_bad_requests(const nv::Lease& lease, const nv::ControllerInfo& ci) {
+  const int fd = lease.fd();
+  tutti_qp q{};
+  q.size = sizeof q;
+  q.ctrl = 7;
+  q.depth = 16;
+  check(::ioctl(fd, TUTTI_IOC_CREATE_QP, &q) == -1 && errno == ENODEV, "a queue pair on a controller that is not bound: ENODEV");
+  q.ctrl = 0;
+  q.depth = 1;
+  check(::ioctl(fd, TUTTI_IOC_CREATE_QP, &q) == -1 && errno == EINVAL, "depth 1: EINVAL");
+  q.depth = ci.mqes + 1;
+  check(::ioctl(fd, TUTTI_IOC_CREATE_QP, &q) == -1 && errno == EINVAL, "depth above MQES: EINVAL");
+  q.size = 8;
+  q.depth = 16;
+  check(::ioctl(fd, TUTTI_IOC_CREATE_QP, &q) == -1 && errno == EINVAL, "a wrong struct size: EINVAL");
+  uint64_t token = 999;
+  check(::ioctl(fd, TUTTI_IOC_DELETE_QP, &token) == -1 && errno == ENOENT, "deleting a queue pair it does not hold: ENOENT");
+  check(::mmap(nullptr, 4096, PROT_READ, MAP_SHARED, fd, 999 * TUTTI_QP_REGIONS * 4096) == MAP_FAILED && errno == ENOENT,
+        "mapping a queue pair it does not hold: ENOENT");
+
+  tutti_dma_map m{};
+  m.size = sizeof m;
+  m.dmabuf_fd = -1;
+  m.pinned = 12345;
+  check(::ioctl(fd, TUTTI_IOC_MAP_DMA, &m) == -1 && errno == ENOENT, "DMA-mapping a pin it does not hold: ENOENT");
+  const int file = ::open("/init", O_RDONLY);
+  m.dmabuf_fd = file;
+  check(::ioctl(fd, TUTTI_IOC_MAP_DMA, &m) == -1 && errno == EINVAL, "DMA-mapping a file that is no dma-buf: EINVAL");
+  ::close(file);
+  m.dmabuf_fd = 1 << 20;
+  check(::ioctl(fd, TUTTI_IOC_MAP_DMA, &m) == -1 && errno == EBADF, "DMA-mapping a closed descriptor: EBADF");
+
+  Aligned buf(16 * 4096);
+  tutti_pin pin{};
+  pin.size = sizeof pin;
+  pin.addr = reinterpret_cast<uintptr_t>(buf.p);
+  pin.length = buf.bytes;
+  check(::ioctl(fd, TUTTI_IOC_PIN, &pin) == 0, "pin 16 pages");
+  uint64_t iovas[16];
+  m.dmabuf_fd = -1;
+  m.pinned = pin.handle;
+  m.iovas = reinterpret_cast<uintptr_t>(iovas);
+  m.npages = 4;
+  check(::ioctl(fd, TUTTI_IOC_MAP_DMA, &m) == -1 && errno == ENOSPC && m.npages == 16,
+        "DMA-mapping into too small an address array: ENOSPC, with the size needed");
+  m.npages = 16;
+  m.ctrl = 3;
+  check(::ioctl(fd, TUTTI_IOC_MAP_DMA, &m) == -1 && errno == ENODEV, "DMA-mapping for a controller that is not bound: ENODEV");
+  m.ctrl = 0;
+  check(::ioctl(fd, TUTTI_IOC_MAP_DMA, &m) == 0, "DMA-map the pinned pages");
+  check(::ioctl(fd, TUTTI_IOC_UNPIN, &pin.handle) == -1 && errno == EBUSY, "unpinning memory that is still DMA-mapped: EBUSY");
+  check(::ioctl(fd, TUTTI_IOC_UNMAP_DMA, &m.handle) == 0 && ::ioctl(fd, TUTTI_IOC_UNPIN, &pin.handle) == 0,
+        "unmap, then unpin");
+  check(::ioctl(fd, TUTTI_IOC_UNMAP_DMA, &m.handle) == -1 && errno == ENOENT, "unmapping twice: ENOENT");
+}
+
+// A child drives a queue pair at full depth; it is SIGKILLed mid-I/O. The lease goes with it:
+// queues deleted on the controller, memory unmapped and unpinned.
+void test_kill(const nv::ControllerInfo& ci) {
+  int pipefd[2];
+  if (::pipe(pipefd) != 0) tutti::fail_errno(errno, "pipe");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    try {
+      nv::Lease lease;
+      nv::QueuePair qp(lease, 0, 64);
+      Aligned buf(8 << 20);
+      nv::DmaMemory mem(lease, 0, buf.p, buf.bytes);
+      uint64_t done = 0, i = 0;
+      bool told = false;
+      for (;;) {
+        for (; qp.room() > 0; ++i) {  // reads of 128 KiB anywhere in the first 6 MiB of the namespace
+          nv::Sqe s;
+          const uint64_t off = (i * 131072) % (6 << 20);
+          nv::rw(s, nv::kOpRead, 0, 1, off / ci.lba_bytes, 131072 / ci.lba_bytes);
+          std::vector<nv::Segment> segs;
+          mem.segments((i % 64) * 131072, 131072, segs);
+          const uint16_t cid = qp.next_cid();
+          nv::sgl(s, segs.data(), static_cast<uint32_t>(segs.size()), static_cast<nv::SglDesc*>(qp.list(cid)),
+                  qp.list_bus(cid));
+          qp.submit(s);
+        }
+        done += qp.poll([](uint16_t, uint16_t) {});
+        if (done >= 200 && !told) told = ::write(pipefd[1], "x", 1) == 1;
+      }
+    } catch (const std::exception& e) {
+      std::printf("FAIL child: %s\n", e.what());
+      std::fflush(stdout);
+      ::_exit(1);
+    }
+  }
+  char x;
+  const bool started = ::read(pipefd[0], &x, 1) == 1;
+  check(started && param("queue_pairs") == 1 && param("leases") == 1 && param("pinned_pages") == 2048,
+        "a child drives a queue pair of depth 64 into 8 MiB of pinned memory (queue pairs " +
+            std::to_string(param("queue_pairs")) + ", leases " + std::to_string(param("leases")) + ", pinned pages " +
+            std::to_string(param("pinned_pages")) + ")");
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  check(WIFSIGNALED(status) && param("queue_pairs") == 0 && param("leases") == 0 && param("pinned_pages") == 0,
+        "SIGKILL mid-I/O: its queue pair is deleted, its memory unmapped and unpinned, its lease gone");
+  ::close(pipefd[0]);
+  ::close(pipefd[1]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: nvme_test FILE\n");
+    return 2;
+  }
+  try {
+    const int fd = ::open(argv[1], O_RDONLY);
+    if (fd < 0) tutti::fail_errno(errno, std::string("open ") + argv[1]);
+    const auto size = static_cast<size_t>(::lseek(fd, 0, SEEK_END));
+    std::vector<char> file(size);
+    if (::pread(fd, file.data(), size, 0) != static_cast<ssize_t>(size)) tutti::fail_errno(errno, "pread");
+
+    nv::Lease lease;
+    const nv::ControllerInfo ci = lease.controller(0);
+    std::printf("ok   controller 0 (%s, %s): %u I/O queue pairs, depth up to %u, largest command %u KiB, SGL %s; "
+                "namespace 1: %llu LBAs of %u bytes\n",
+                ci.bdf.c_str(), ci.model.c_str(), ci.max_queues, ci.mqes, ci.max_bytes / 1024,
+                ci.sgl ? (ci.sgl_dword_aligned ? "yes (dword aligned)" : "yes") : "no",
+                static_cast<unsigned long long>(ci.lbas), ci.lba_bytes);
+    check(ci.sgl, "the controller supports SGLs");
+    test_bad_requests(lease, ci);
+
+    nv::QueuePair qp(lease, 0, 64);
+    check(param("queue_pairs") == 1, "queue pair " + std::to_string(qp.qid()) + " of depth 64, mapped with its doorbells");
+    Aligned kv(8 << 20);  // the "KV cache": 8 MiB of blocks
+    nv::DmaMemory mem(lease, 0, kv.p, kv.bytes);
+    check(param("pinned_pages") == 2048, "8 MiB pinned and DMA-mapped for the controller");
+
+    // LBA 0 carries the marker the host wrote before the filesystem.
+    {
+      std::vector<nv::Segment> segs;
+      mem.segments(0, 4096, segs);
+      nv::Sqe s;
+      nv::rw(s, nv::kOpRead, 0, 1, 0, 4096 / ci.lba_bytes);
+      nv::prp(s, segs.data(), static_cast<uint32_t>(segs.size()), 4096, nullptr, 0);
+      qp.submit(s);
+      uint16_t st = 0xffff;
+      while (!qp.poll([&](uint16_t, uint16_t status) { st = status; })) {
+      }
+      check(st == 0 && std::memcmp(kv.p, "TUTTI-NVME-LBA0", 15) == 0, "LBA 0 read through the module's queue: the marker");
+    }
+
+    // One layer of one 256-token chunk, as the pool stores it and a paged cache wants it.
+    struct Shape {
+      const char* name;
+      uint32_t piece;
+    } shapes[] = {{"llama3-8b NHD, 16-token blocks: 32 KiB pieces", 32768},
+                  {"HND, 8-token blocks, head dim 128: 2 KiB pieces", 2048}};
+    const size_t object = 1 << 20;  // K and V of 8 heads x 128 dims x 256 tokens x 2 bytes
+    std::printf("     per layer load of a 1 MiB object (commands / data pointer entries):\n");
+    for (const Shape& sh : shapes) {
+      const auto pieces = scattered(object / sh.piece, sh.piece, kv.bytes / sh.piece);
+      const auto ext = nv::file_extents(fd, object, object);
+      Counts by[2];
+      for (int use_sgl = 0; use_sgl < 2; ++use_sgl) {
+        std::memset(kv.p, 0, kv.bytes);
+        by[use_sgl] = load(qp, mem, ci, ext, pieces, use_sgl);
+        check(by[use_sgl].ok && pieces_match(kv.data(), pieces, file, object),
+              std::string(use_sgl ? "SGL" : "PRP") + ": " + sh.name + " land in their blocks, bytes equal the file's");
+      }
+      std::printf("     %-48s PRP %4u / %5u   SGL %4u / %5u\n", sh.name, by[0].commands, by[0].pointers, by[1].commands,
+                  by[1].pointers);
+    }
+
+    // The whole file, in order, with PRPs.
+    {
+      std::memset(kv.p, 0, kv.bytes);
+      const Counts c = load(qp, mem, ci, nv::file_extents(fd, 0, size), {{0, static_cast<uint32_t>(size)}}, false);
+      check(c.ok && std::memcmp(kv.p, file.data(), size) == 0,
+            "the whole " + std::to_string(size >> 20) + " MiB file through the module's queue (" + std::to_string(c.commands) +
+                " commands): bytes equal the file's");
+    }
+
+    // A dma-buf stands in for GPU memory: vgem pages, mapped for the controller by the module.
+    {
+      const int dmabuf = vgem_dmabuf(object);
+      check(dmabuf >= 0, "a 1 MiB vgem dma-buf");
+      if (dmabuf >= 0) {
+        {
+          nv::DmaMemory dm(lease, 0, dmabuf, object);
+          check(dm.bytes() == object, "the dma-buf DMA-mapped for the controller");
+          const auto pieces = scattered(object / 32768, 32768, object / 32768);
+          const Counts c = load(qp, dm, ci, nv::file_extents(fd, 0, object), pieces, true);
+          void* view = ::mmap(nullptr, object, PROT_READ, MAP_SHARED, dmabuf, 0);
+          check(view != MAP_FAILED && c.ok && pieces_match(static_cast<std::byte*>(view), pieces, file, 0),
+                "SGL reads scattered into the dma-buf: bytes equal the file's");
+          if (view != MAP_FAILED) ::munmap(view, object);
+        }
+        ::close(dmabuf);
+      }
+    }
+
+    // A bus address unmapped a moment ago, of a page that is still the process's: behind an
+    // IOMMU the controller's write is stopped (the page keeps its bytes; the IOMMU logs a
+    // fault); without one it lands, which is why DMA is for root only.
+    {
+      Aligned page(4096);
+      std::memset(page.p, 0xa5, 4096);
+      uint64_t stale;
+      {
+        nv::DmaMemory once(lease, 0, page.p, 4096);
+        stale = once.bus(0);
+      }
+      nv::Sqe s;
+      nv::rw(s, nv::kOpRead, 0, 1, 0, 4096 / ci.lba_bytes);
+      const nv::Segment seg{stale, 4096};
+      nv::sgl(s, &seg, 1, nullptr, 0);
+      qp.submit(s);
+      uint16_t st = 0;
+      while (!qp.poll([&](uint16_t, uint16_t status) { st = status; })) {
+      }
+      const bool untouched = std::all_of(page.data(), page.data() + 4096, [](std::byte b) { return b == std::byte{0xa5}; });
+      char status[16];
+      std::snprintf(status, sizeof status, "0x%x", st);
+      if (iommu_present())
+        check(untouched, std::string("IOMMU: a read into a bus address unmapped a moment ago does not reach the page "
+                                     "(the emulated controller reports status ") + status + ")");
+      else
+        check(!untouched, "no IOMMU: a read into a bus address unmapped a moment ago still reaches the page");
+    }
+
+    // Every queue pair the controller granted can be had, and no more.
+    {
+      std::vector<std::unique_ptr<nv::QueuePair>> all;
+      try {
+        for (;;) all.push_back(std::make_unique<nv::QueuePair>(lease, 0, 2));
+      } catch (const tutti::Error& e) {
+        check(all.size() + 1 == ci.max_queues && std::strstr(e.what(), "busy"),
+              "queue pairs until the controller's " + std::to_string(ci.max_queues) + " are in use, then: " + e.what());
+      }
+    }
+    check(param("queue_pairs") == 1, "deleted queue pairs are gone from the controller's count");
+    ::close(fd);
+  } catch (const std::exception& e) {
+    std::printf("FAIL %s\n", e.what());
+    return 1;
+  }
+  nv::ControllerInfo ci;
+  {
+    nv::Lease lease;
+    ci = lease.controller(0);
+  }  // the parent holds no lease while the child runs
+  test_kill(ci);
+  check(param("queue_pairs") == 0 && param("leases") == 0 && param("pinned_pages") == 0, "nothing is held at the end");
+  std::printf("nvme_test: %d failure(s)\n", failures);
+  return failures ? 1 : 0;
+}
