@@ -164,9 +164,11 @@ int cmd_info() {
   std::printf("  cufile     %s\n", cwhy.empty() ? ("works (cuFile, " + tutti::cufile_mode() + "; loads into CUDA memory)").c_str()
                                                 : ("unusable: " + cwhy).c_str());
   std::printf("  passthru   loads through io_uring NVMe passthrough (/dev/ngXnY) for pools on an NVMe namespace\n");
-  std::printf("  nvme       not yet (the kernel module hands out no queues yet)\n");
+  std::printf("  nvme       loads with NVMe commands on tutti_kmod's queue pairs (SGLs straight into the blocks) for pools\n"
+              "             on a namespace shared with a controller dedicated to tutti (kmod/README.md)\n");
   std::printf("  dram       works for pools on tmpfs (/dev/shm): mapped; CUDA memory: copy kernels, no I/O\n");
-  std::printf("auto picks: %s\n", why.empty() ? "uring" : "posix");
+  std::printf("auto picks: %s (for a pool on tmpfs: posix; on NVMe with a KV cache in host memory: nvme, else passthru)\n",
+              why.empty() ? "uring" : "posix");
   std::printf("options (each also from TUTTI_<KEY>):\n");
   for (auto& o : tutti::option_table())
     std::printf("  %-17s default %-13s %s\n", o.key, *o.default_value ? o.default_value : "\"\"", o.help);

@@ -76,15 +76,20 @@ TUTTI_API const char* tutti_last_error(void);
  *   capacity         total size of newly created pool files (split evenly) when a URI has no
  *                    ?size=. Default 8G. An existing pool keeps its size.
  *   chunk_tokens     tokens per stored chunk (a multiple of the block size). Default 256.
- *   backend          auto | uring | posix | gpu-uring | cufile | dram. Default auto: uring
- *                    where io_uring works, except for pools on tmpfs, where posix is faster.
+ *   backend          auto | uring | posix | gpu-uring | cufile | dram | passthru | nvme.
+ *                    Default auto: uring where io_uring works, except for pools on tmpfs,
+ *                    where posix is faster, and for pools on an NVMe namespace with a KV cache
+ *                    in host memory: nvme where it works, else passthru.
  *                    gpu-uring: loads into CUDA memory whose io_uring submissions the GPU
  *                    writes and whose completions it polls. cufile: loads into CUDA memory
  *                    through NVIDIA cuFile. (Both: stores through uring, verify=0 only.)
  *                    dram: a pool on tmpfs, mapped; CUDA memory is copied to and from it by
  *                    kernels, with no I/O. passthru: loads as NVMe Read commands through
  *                    io_uring on the namespace's /dev/ngXnY (pool on an NVMe namespace; the
- *                    filesystem stays mounted; stores through uring). TUTTI_EUNSUPPORTED with
+ *                    filesystem stays mounted; stores through uring). nvme: loads as NVMe
+ *                    Read commands on queue pairs of tutti_kmod (kmod/), on a controller that
+ *                    shares the pool's namespace; SGLs scatter straight into the blocks
+ *                    (stores through uring). TUTTI_EUNSUPPORTED with
  *                    the reason where one cannot work (tutti info lists them).
  *   namespace        salt mixed into every chunk key (model id, tenant). Default "".
  *   io_mode          object (one I/O per chunk and layer; default) | per-block-baseline (one I/O
@@ -96,6 +101,8 @@ TUTTI_API const char* tutti_last_error(void);
  *   staging          bytes of aligned staging memory (default 256M). A load into CUDA memory
  *                    holds one layer of the whole batch in staging until its copy kernel ran.
  *   lookahead        layers kept in flight ahead of the consumer (default 4).
+ *   nvme_controller  nvme: tutti_kmod's controller number (default 0).
+ *   nvme_data_pointer  nvme: auto (SGLs where the controller has them) | sgl | prp.
  *   rings            io_uring rings, each with its own thread (default 4; gpu-uring: at most 8,
  *                    each with a SQPOLL thread).
  *   queue_depth      I/Os in flight per ring (default 64).

@@ -267,7 +267,7 @@ static long tutti_ctrl_info(void __user *arg)
 
 	if (copy_from_user(&req, arg, sizeof(req)))
 		return -EFAULT;
-	if (req.size != sizeof(req) || req.reserved)
+	if (req.size != sizeof(req))
 		return -EINVAL;
 	c = tutti_ctrl_get(req.ctrl);
 	if (!c)
@@ -278,7 +278,7 @@ static long tutti_ctrl_info(void __user *arg)
 	strscpy(req.bdf, pci_name(c->pdev), sizeof(req.bdf));
 	ret = tutti_identify(c, 1, 0, u64_to_user_ptr(req.identify));
 	if (!ret && req.identify_ns)
-		ret = tutti_identify(c, 0, 1, u64_to_user_ptr(req.identify_ns));
+		ret = tutti_identify(c, 0, req.nsid ? req.nsid : 1, u64_to_user_ptr(req.identify_ns));
 	tutti_ctrl_put(c);
 	if (ret)
 		return ret;

@@ -44,9 +44,9 @@ struct tutti_ctrl_info {
 	__u32 max_queues; /* I/O queue pairs the controller granted */
 	__u32 mqes;       /* largest queue depth (CAP.MQES + 1) */
 	__u32 dstrd;      /* doorbell stride: 4 << dstrd bytes */
-	__u32 reserved;
+	__u32 nsid;       /* in: the namespace for identify_ns (0: namespace 1) */
 	__u64 identify;   /* in: user address of 4096 bytes: Identify Controller data is copied there */
-	__u64 identify_ns;/* in: user address of 4096 bytes for Identify Namespace 1, or 0 */
+	__u64 identify_ns;/* in: user address of 4096 bytes for Identify Namespace nsid, or 0 */
 	char bdf[16];     /* out: PCI address, e.g. "0000:00:05.0" */
 };
 

@@ -34,7 +34,7 @@ std::string resolve_backend(const std::string& name) {
     if (name == "uring") fail(TUTTI_EUNSUPPORTED, "backend uring: " + why);
     return "posix";
   }
-  if (name == "dram" || name == "passthru") return name;  // checked against the pool at registration
+  if (name == "dram" || name == "passthru" || name == "nvme") return name;  // checked against the pool at registration
   if (name == "cufile") {
     std::string why = cufile_unavailable_reason();
     if (!why.empty()) fail(TUTTI_EUNSUPPORTED, "backend cufile: " + why);
@@ -45,7 +45,7 @@ std::string resolve_backend(const std::string& name) {
     if (!why.empty()) fail(TUTTI_EUNSUPPORTED, "backend gpu-uring: " + why);
     return name;
   }
-  fail(TUTTI_EINVAL, "unknown backend '" + name + "' (known: auto, uring, posix, gpu-uring, cufile, dram, passthru)");
+  fail(TUTTI_EINVAL, "unknown backend '" + name + "' (known: auto, uring, posix, gpu-uring, cufile, dram, passthru, nvme)");
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendConfig& cfg) {

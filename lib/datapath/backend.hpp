@@ -46,6 +46,8 @@ struct BackendConfig {
   unsigned sqpoll_idle_ms = 20;        // gpu-uring: idle time before a SQPOLL thread sleeps
   bool sqpoll_shared = false;          // gpu-uring: one SQPOLL thread for all rings
   unsigned threads = 16;               // posix: worker threads
+  unsigned nvme_controller = 0;        // nvme: tutti_kmod's controller number
+  std::string nvme_data_pointer = "auto";  // nvme: auto (SGL where supported) | sgl | prp
 };
 
 class Backend {

@@ -24,7 +24,7 @@ Lease::Lease(const std::string& dev) : fd_(::open(dev.c_str(), O_RDWR | O_CLOEXE
                                  std::to_string(TUTTI_KMOD_ABI) + " (load a newer tutti_kmod)");
 }
 
-ControllerInfo Lease::controller(uint32_t ctrl) const {
+ControllerInfo Lease::controller(uint32_t ctrl, uint32_t nsid) const {
   nvme_id_ctrl id{};
   nvme_id_ns ns{};
   tutti_ctrl_info req{};
@@ -32,9 +32,10 @@ ControllerInfo Lease::controller(uint32_t ctrl) const {
   req.ctrl = ctrl;
   req.identify = reinterpret_cast<uintptr_t>(&id);
   req.identify_ns = reinterpret_cast<uintptr_t>(&ns);
+  req.nsid = nsid;
   static_assert(sizeof id == 4096 && sizeof ns == 4096, "Identify data is 4 KiB");
   if (::ioctl(fd_.get(), TUTTI_IOC_CTRL_INFO, &req) != 0)
-    fail_errno(errno, "tutti_kmod: controller " + std::to_string(ctrl));
+    fail_errno(errno, "tutti_kmod: controller " + std::to_string(ctrl) + ", namespace " + std::to_string(nsid));
   ControllerInfo c;
   c.bdf = req.bdf;
   c.max_queues = req.max_queues;
@@ -46,7 +47,11 @@ ControllerInfo Lease::controller(uint32_t ctrl) const {
   c.sgl_dword_aligned = (sgls & 3) == 2;
   c.lba_bytes = 1u << ns.lbaf[ns.flbas & 0xf].ds;
   c.lbas = ns.nsze;
+  if (!c.lbas)
+    fail(TUTTI_EUNSUPPORTED, "tutti_kmod: namespace " + std::to_string(nsid) + " is not attached to controller " +
+                                 std::to_string(ctrl) + " (" + c.bdf + ")");
   c.model.assign(id.mn, strnlen(id.mn, sizeof id.mn));
+  c.subnqn.assign(id.subnqn, strnlen(id.subnqn, sizeof id.subnqn));
   while (!c.model.empty() && c.model.back() == ' ') c.model.pop_back();
   return c;
 }

@@ -15,9 +15,10 @@
 
 namespace tutti::nvme {
 
-// What Identify says about a controller and its namespace 1.
+// What Identify says about a controller and one of its namespaces.
 struct ControllerInfo {
   std::string bdf;
+  std::string subnqn;       // the NVM subsystem: NSIDs name the same namespace on all its controllers
   uint32_t max_queues = 0;  // I/O queue pairs granted
   uint32_t mqes = 0;        // deepest queue
   uint32_t max_bytes = 0;   // MDTS: the most one command moves
@@ -34,7 +35,7 @@ class Lease {
  public:
   explicit Lease(const std::string& dev = "/dev/tutti");
   int fd() const noexcept { return fd_.get(); }
-  ControllerInfo controller(uint32_t ctrl) const;
+  ControllerInfo controller(uint32_t ctrl, uint32_t nsid = 1) const;
 
  private:
   Fd fd_;

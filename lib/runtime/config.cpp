@@ -12,7 +12,7 @@ const std::vector<OptionInfo>& option_table() {
       {"pool", "./tutti.pool", "pool file URI (file:///path?size=64G or a path); repeat, or comma-separate in TUTTI_POOL, to stripe"},
       {"capacity", "8G", "total size of newly created pool files without ?size="},
       {"chunk_tokens", "256", "tokens per stored chunk (a multiple of the block size)"},
-      {"backend", "auto", "auto | uring | posix | gpu-uring | cufile | dram | passthru (auto: uring, or posix on tmpfs)"},
+      {"backend", "auto", "auto | uring | posix | gpu-uring | cufile | dram | passthru | nvme (auto: nvme, else passthru, for a pool on NVMe in host memory; else uring, or posix on tmpfs)"},
       {"namespace", "", "salt mixed into every chunk key"},
       {"io_mode", "object", "object | per-block-baseline (one I/O per block and K/V; for comparison only)"},
       {"direct_to_blocks", "auto", "auto | on | off: vectored I/O straight between pool and KV blocks"},
@@ -24,6 +24,8 @@ const std::vector<OptionInfo>& option_table() {
       {"sqpoll_idle_ms", "20", "gpu-uring: ms without submissions before a SQPOLL thread sleeps"},
       {"sqpoll_shared", "0", "gpu-uring: 1 = all rings share one SQPOLL thread (IORING_SETUP_ATTACH_WQ)"},
       {"threads", "16", "posix backend worker threads"},
+      {"nvme_controller", "0", "nvme: tutti_kmod's controller number"},
+      {"nvme_data_pointer", "auto", "nvme: auto (SGL where the controller has them) | sgl | prp"},
       {"create", "1", "1 | 0: create missing pool files"},
   };
   return table;
@@ -73,8 +75,8 @@ void apply(Config& c, const std::string& key, const std::string& v) {
     c.chunk_tokens = count_of(key, v, 1, 1u << 20);
   } else if (key == "backend") {
     TUTTI_EXPECT(v == "auto" || v == "uring" || v == "posix" || v == "gpu-uring" || v == "cufile" || v == "dram" ||
-                     v == "passthru",
-                 "option backend: '" + v + "' is not auto, uring, posix, gpu-uring, cufile, dram or passthru");
+                     v == "passthru" || v == "nvme",
+                 "option backend: '" + v + "' is not auto, uring, posix, gpu-uring, cufile, dram, passthru or nvme");
     c.backend = v;
   } else if (key == "namespace") {
     c.ns = v;
@@ -102,6 +104,11 @@ void apply(Config& c, const std::string& key, const std::string& v) {
     c.sqpoll_shared = v == "1";
   } else if (key == "threads") {
     c.threads = count_of(key, v, 1, 1024);
+  } else if (key == "nvme_controller") {
+    c.nvme_controller = count_of(key, v, 0, 1023);
+  } else if (key == "nvme_data_pointer") {
+    TUTTI_EXPECT(v == "auto" || v == "sgl" || v == "prp", "option nvme_data_pointer: '" + v + "' is not auto, sgl or prp");
+    c.nvme_data_pointer = v;
   } else if (key == "create") {
     c.create = flag_of(key, v);
   } else {

@@ -4,6 +4,7 @@
 
 #include "common/error.hpp"
 #include "datapath/cufile.hpp"
+#include "nvme/nvme_backend.hpp"
 #include "nvme/passthru_backend.hpp"
 
 namespace tutti {
@@ -15,6 +16,7 @@ Runtime::Runtime(Config cfg) : cfg_(std::move(cfg)) {
                   : b == "cufile" ? "cufile"
                   : b == "dram"   ? "dram"
                   : b == "passthru" ? "passthru"
+                  : b == "nvme"   ? "nvme"
                   : b == "uring"  ? "uring"
                                   : "posix";
 }
@@ -39,7 +41,6 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
 
   const std::string name = backend_name_.load();
   const bool gpu_uring = name == "gpu-uring", cufile = name == "cufile", dram = name == "dram";
-  const bool passthru = name == "passthru";
   TUTTI_EXPECT_CODE(!(gpu_uring || cufile) || binding->on_device(), TUTTI_EUNSUPPORTED,
                     "backend " + name + " loads into CUDA memory: register a KV cache with TUTTI_MEMORY_CUDA");
   TUTTI_EXPECT_CODE(!(gpu_uring || cufile) || !cfg_.verify, TUTTI_EUNSUPPORTED,
@@ -61,6 +62,34 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
                    "layer " + std::to_string(l) + ": K/V are not memory of CUDA device " +
                        std::to_string(binding->device()));
   }
+  PoolOptions po;
+  po.uris = cfg_.pools;
+  po.capacity = cfg_.capacity;
+  po.create = cfg_.create;
+  auto pool = Pool::open(po, shape);
+  BackendConfig bc;
+  for (size_t i = 0; i < pool->files(); ++i) bc.fds.push_back(pool->file(i).fd.get());
+  bc.rings = cfg_.rings;
+  bc.queue_depth = cfg_.queue_depth;
+  bc.sqpoll_idle_ms = cfg_.sqpoll_idle_ms;
+  bc.sqpoll_shared = cfg_.sqpoll_shared;
+  bc.threads = cfg_.threads;
+  bc.nvme_controller = cfg_.nvme_controller;
+  bc.nvme_data_pointer = cfg_.nvme_data_pointer;
+  // auto, for a pool on NVMe and a KV cache in host memory: the controller's own commands,
+  // through tutti_kmod's queues when it has a controller sharing the pool's namespace, else
+  // through io_uring passthrough on the stock driver.
+  if (cfg_.backend == "auto" && !device && cfg_.io_mode == IoMode::kObject) {
+    if (nvme_unavailable_reason(bc).empty())
+      backend_name_ = "nvme";
+    else if (passthru_unavailable_reason(bc.fds).empty())
+      backend_name_ = "passthru";
+  }
+  const bool passthru = backend_name_.load() == std::string("passthru");
+  const bool nvme = backend_name_.load() == std::string("nvme");
+  TUTTI_EXPECT_CODE(!(passthru || nvme) || !device, TUTTI_EUNSUPPORTED,
+                    "backend " + name + " loads into host memory (GPU memory needs the GPU producer, not built yet)");
+
   bool direct = false;
   if (cfg_.io_mode == IoMode::kObject && !device && !passthru) {  // passthru reads into staging
     if (cfg_.direct == DirectMode::kOn)
@@ -69,11 +98,6 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
     direct = cfg_.direct != DirectMode::kOff && binding->direct_capable();
   }
 
-  PoolOptions po;
-  po.uris = cfg_.pools;
-  po.capacity = cfg_.capacity;
-  po.create = cfg_.create;
-  auto pool = Pool::open(po, shape);
   auto index = std::make_unique<Index>(pool->geometry().slots());
   auto stale = index->recover(pool->read_records(&torn_records_));
   pool->write_tombstones(stale);
@@ -96,14 +120,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
     }
   }
 
-  BackendConfig bc;
-  for (size_t i = 0; i < pool->files(); ++i) bc.fds.push_back(pool->file(i).fd.get());
   if (staging) bc.staging = staging->regions();
-  bc.rings = cfg_.rings;
-  bc.queue_depth = cfg_.queue_depth;
-  bc.sqpoll_idle_ms = cfg_.sqpoll_idle_ms;
-  bc.sqpoll_shared = cfg_.sqpoll_shared;
-  bc.threads = cfg_.threads;
   // io_uring copies reads from tmpfs pools (O_DIRECT or not) inline in its ring threads.
   // Measured loading Llama-3-8B KV from /dev/shm: on 2 cores (16K tokens) posix 8.9 and
   // 13.4 GB/s, uring 7.3 and 6.2 with twice the CPU; on the H200 machine (32K tokens, into
@@ -113,7 +130,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
       if (!pool->file(i).direct || pool->file(i).in_memory) backend_name_ = "posix";
   // gpu-uring drives loads; stores take the CPU producer, which checksums as it writes.
   auto backend = dram ? make_dram_backend(bc, *dram_pool)
-                      : make_backend(gpu_uring || cufile || passthru ? "uring" : backend_name_.load(), bc);
+                      : make_backend(gpu_uring || cufile || passthru || nvme ? "uring" : backend_name_.load(), bc);
   // cufile: loads read into staging in HBM, then the copy kernel scatters from there.
   std::unique_ptr<void, void (*)(void*)> load_arena{nullptr, gpu::free};
   std::unique_ptr<Staging> load_staging;
@@ -121,6 +138,10 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   if (passthru) {
     TUTTI_EXPECT_CODE(cfg_.io_mode == IoMode::kObject, TUTTI_EUNSUPPORTED, "backend passthru moves whole extents");
     load_backend = make_passthru_backend(bc);
+  }
+  if (nvme) {
+    TUTTI_EXPECT_CODE(cfg_.io_mode == IoMode::kObject, TUTTI_EUNSUPPORTED, "backend nvme moves whole extents");
+    load_backend = make_nvme_backend(bc);
   }
   if (cufile) {
     const uint64_t bytes = Staging::arena_bytes_for(std::max(cfg_.staging, shape.layer_bytes()), shape.layer_bytes());

@@ -27,6 +27,7 @@
 #include "common/error.hpp"
 #include "kmod/uapi/tutti_kmod.h"
 #include "nvme/extents.hpp"
+#include "nvme/io.hpp"
 #include "nvme/queue.hpp"
 
 namespace nv = tutti::nvme;
@@ -71,58 +72,13 @@ struct Counts {
   bool ok = true;                       // every command succeeded
 };
 
-// Reads the object at file extents `ext` into `pieces` of `mem` through `qp`: each command
-// covers as much of one extent as MDTS allows and as its data pointer can describe (PRPs need
-// page-aligned joins; an SGL takes any piece). The data pointer is built by kernels/nvme_cmd.hpp.
+// The object at file extents `ext` into `pieces` of `mem`, through lib/nvme/io.
 Counts load(nv::QueuePair& qp, const nv::DmaMemory& mem, const nv::ControllerInfo& ci,
             const std::vector<nv::FileExtent>& ext, const std::vector<Piece>& pieces, bool use_sgl) {
-  Counts c;
-  size_t pi = 0, po = 0, ei = 0, eo = 0;
-  std::vector<nv::Segment> segs;
-  const uint32_t max_prp = 4096 / 8 + 1, max_sgl = 4096 / 16;  // one list page per command id
-  auto reap = [&] {
-    qp.poll([&](uint16_t, uint16_t status) { c.ok = c.ok && status == 0; });
-  };
-  while (pi < pieces.size()) {
-    const uint64_t limit = std::min<uint64_t>(ci.max_bytes, ext[ei].length - eo);
-    segs.clear();
-    uint64_t take = 0;
-    while (take < limit && pi < pieces.size()) {
-      const uint64_t n = std::min<uint64_t>(pieces[pi].len - po, limit - take);
-      std::vector<nv::Segment> trial = segs;
-      mem.segments(pieces[pi].dst + po, n, trial);
-      const auto k = static_cast<uint32_t>(trial.size());
-      const bool fits = use_sgl ? k <= max_sgl
-                                : nv::prp_ok(trial.data(), k, 4096) && nv::prp_entries(trial.data(), k, 4096) <= max_prp;
-      if (!fits) {
-        if (take == 0) tutti::fail(TUTTI_EINTERNAL, "a piece no data pointer can describe");
-        break;  // the command ends here; the next one starts with this piece
-      }
-      segs = std::move(trial);
-      take += n, po += n;
-      if (po == pieces[pi].len) ++pi, po = 0;
-    }
-    while (qp.room() == 0) reap();
-    nv::Sqe s;
-    const uint64_t byte = ext[ei].physical + eo;
-    nv::rw(s, nv::kOpRead, 0, 1, byte / ci.lba_bytes, static_cast<uint32_t>(take / ci.lba_bytes));
-    const uint16_t cid = qp.next_cid();
-    const auto n = static_cast<uint32_t>(segs.size());
-    if (use_sgl) {
-      nv::sgl(s, segs.data(), n, static_cast<nv::SglDesc*>(qp.list(cid)), qp.list_bus(cid));
-      c.pointers += n;
-    } else {
-      if (!nv::prp(s, segs.data(), n, 4096, static_cast<uint64_t*>(qp.list(cid)), qp.list_bus(cid)))
-        tutti::fail(TUTTI_EINTERNAL, "PRP refused");
-      c.pointers += nv::prp_entries(segs.data(), n, 4096);
-    }
-    qp.submit(s);
-    ++c.commands;
-    eo += take;
-    if (eo == ext[ei].length) ++ei, eo = 0;
-  }
-  while (qp.room() < qp.depth() - 1) reap();
-  return c;
+  std::vector<nv::Piece> in;
+  for (const Piece& p : pieces) in.push_back({&mem, p.dst, p.len});
+  const nv::IoCounts io = nv::read(qp, ci, 1, ext, in, use_sgl ? nv::DataPointer::kSgl : nv::DataPointer::kPrp);
+  return {io.commands, io.pointers, io.status == 0};
 }
 
 // The file's bytes [off, off + len) as the pieces should hold them.

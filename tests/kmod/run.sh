@@ -41,7 +41,7 @@ if [ ! -x "$guest/pool_test" ] ||
     "$src/tests/kmod/passthru_test.cpp" "$src/lib/nvme/extents.cpp" "$src/lib/nvme/passthru.cpp" \
     "$src/lib/common/error.cpp" -luring
   g++ -std=c++20 -O2 -static -Wall -Wextra -Werror -I"$src/lib" -I"$src/include" -I"$src" -o "$guest/nvme_test" \
-    "$src/tests/kmod/nvme_test.cpp" "$src/lib/nvme/extents.cpp" "$src/lib/nvme/queue.cpp" "$src/lib/common/error.cpp"
+    "$src/tests/kmod/nvme_test.cpp" "$src/lib/nvme/extents.cpp" "$src/lib/nvme/queue.cpp" "$src/lib/nvme/io.cpp" "$src/lib/common/error.cpp"
   # The runtime itself, static and without CUDA, for a pool on the guest's ext4.
   lib_srcs=$(sed -n 's|^  \([a-z_]*/[a-z_]*\.cpp\).*|'"$src"'/lib/\1|p' "$src/lib/CMakeLists.txt" | tr -d ')')
   gcc -std=c11 -O2 -Wall -Wextra -Werror -I"$src/include" -c -o "$guest/pool_test.o" "$src/tests/kmod/pool_test.c"
