@@ -2,6 +2,7 @@
 #include "common/error.hpp"
 #include "kernels/device.hpp"
 #include "kernels/gpu_uring.hpp"
+#include "kernels/nvme_producer.hpp"
 
 namespace tutti::gpu {
 namespace {
@@ -37,5 +38,10 @@ UringDriver::UringDriver(Device& dev, const std::vector<RingView>&) : dev_(dev) 
 UringDriver::~UringDriver() = default;
 uint32_t UringDriver::max_per_ring() const { return 0; }
 void UringDriver::load_layer(uint32_t, const LayerLoad&, void (*)(void*), void*) { no_cuda(); }
+
+void nvme_submit(const nvme::Planned*, uint32_t, const nvme::Segment*, uint8_t, uint32_t, bool, uint16_t,
+                 const NvmeQueueView&, void*) {
+  no_cuda();
+}
 
 }  // namespace tutti::gpu

@@ -136,4 +136,27 @@ TUTTI_HOST_DEVICE inline void sgl(Sqe& s, const Segment* seg, uint32_t n, SglDes
   s.cdw[0] = (s.cdw[0] & ~(3u << 14)) | (1u << 14);  // PSDT 01b: SGLs
 }
 
+// A planned command (lib/nvme/io): an LBA range, and the run segs[first, first + count) of
+// segments its data pointer describes.
+struct Planned {
+  uint64_t slba;
+  uint32_t blocks;
+  uint32_t first, count;
+};
+
+// The SQE of a planned command, its data pointer built in its command id's list page `list`
+// (bus address `list_bus`). The CPU producer and the GPU producer both call this. Returns the
+// data pointer entries written (PRP entries or SGL data descriptors).
+TUTTI_HOST_DEVICE inline uint32_t build(Sqe& s, uint8_t opcode, uint16_t cid, uint32_t nsid, const Planned& c,
+                                        const Segment* segs, bool use_sgl, void* list, uint64_t list_bus) {
+  rw(s, opcode, cid, nsid, c.slba, c.blocks);
+  const Segment* seg = segs + c.first;
+  if (use_sgl) {
+    sgl(s, seg, c.count, static_cast<SglDesc*>(list), list_bus);
+    return c.count;
+  }
+  prp(s, seg, c.count, 4096, static_cast<uint64_t*>(list), list_bus);
+  return prp_entries(seg, c.count, 4096);
+}
+
 }  // namespace tutti::nvme

@@ -43,8 +43,8 @@ struct BackendConfig {
   std::vector<iovec> staging;          // regions to register (io_uring fixed buffers)
   unsigned rings = 4;                  // uring: rings, each with its own thread
   unsigned queue_depth = 64;           // uring: I/Os in flight per ring
-  unsigned sqpoll_idle_ms = 20;        // gpu-uring: idle time before a SQPOLL thread sleeps
-  bool sqpoll_shared = false;          // gpu-uring: one SQPOLL thread for all rings
+  unsigned sqpoll_idle_ms = 2;         // gpu-uring: idle time before a SQPOLL thread sleeps
+  bool sqpoll_shared = true;           // gpu-uring: one SQPOLL thread for all rings
   unsigned threads = 16;               // posix: worker threads
   unsigned nvme_controller = 0;        // nvme: tutti_kmod's controller number
   std::string nvme_data_pointer = "auto";  // nvme: auto (SGL where supported) | sgl | prp

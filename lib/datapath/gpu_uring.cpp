@@ -40,7 +40,7 @@ struct GpuUring::Landed {
   void* arg;
 };
 
-GpuUring::GpuUring(gpu::Device& dev, const BackendConfig& cfg) : idle_ms_(cfg.sqpoll_idle_ms ? cfg.sqpoll_idle_ms : 20) {
+GpuUring::GpuUring(gpu::Device& dev, const BackendConfig& cfg) : idle_ms_(cfg.sqpoll_idle_ms ? cfg.sqpoll_idle_ms : 2) {
   const unsigned n = std::min<unsigned>(cfg.rings ? cfg.rings : 1, gpu::UringDriver::kMaxRings);
   std::vector<gpu::RingView> views;
   for (unsigned i = 0; i < n; ++i) {

@@ -27,10 +27,24 @@ struct IoCounts {
   uint16_t status = 0;    // the first failed command's NVMe status, 0 if none failed
 };
 
-// Device bytes `extents` (LBA aligned, in order) into `pieces` (in order, the same total),
-// through `qp` on namespace `nsid`; returns when every command is complete. Throws EINVAL if a
-// command would have to end inside an LBA (a piece boundary that PRPs cannot cross).
-IoCounts read(QueuePair& qp, const ControllerInfo& ci, uint32_t nsid, const std::vector<FileExtent>& extents,
-              const std::vector<Piece>& pieces, DataPointer dp);
+// The commands that move device bytes `extents` (LBA aligned, in order) into `pieces` (in
+// order, the same total). Throws EINVAL if a command would have to end inside an LBA (a piece
+// boundary that PRPs cannot cross).
+struct Plan {
+  std::vector<Planned> commands;
+  std::vector<Segment> segments;
+  DataPointer dp = DataPointer::kSgl;
+};
+Plan plan(const ControllerInfo& ci, const std::vector<FileExtent>& extents, const std::vector<Piece>& pieces,
+          DataPointer dp);
+
+// Submits a plan's reads on namespace `nsid` through `qp` and returns when every command is
+// complete (the CPU producer; kernels/nvme_producer is the GPU's).
+IoCounts read(QueuePair& qp, uint32_t nsid, const Plan& plan);
+
+inline IoCounts read(QueuePair& qp, const ControllerInfo& ci, uint32_t nsid, const std::vector<FileExtent>& extents,
+                     const std::vector<Piece>& pieces, DataPointer dp) {
+  return read(qp, nsid, plan(ci, extents, pieces, dp));
+}
 
 }  // namespace tutti::nvme
