@@ -112,7 +112,8 @@ TUTTI_API const char* tutti_last_error(void);
  *   sqpoll_shared    gpu-uring: 1 (default) = every ring shares the first ring's SQPOLL
  *                    thread (IORING_SETUP_ATTACH_WQ): one spinning thread instead of one per
  *                    ring; 0 = one each. Measured on the H200 machine's disk at 32K tokens:
- *                    SQPOLL CPU per layer 81 ms with 0/20 ms, 5 ms with 1/2 ms, same GB/s.
+ *                    SQPOLL CPU per layer 81-90 ms with one thread per ring, 5 ms shared,
+ *                    at the same GB/s.
  *   create           1 | 0. Create missing pool files (default 1).
  */
 typedef struct tutti_options tutti_options;

@@ -7,6 +7,7 @@
 // IOMMU) a bus address that is not mapped fails the command instead of reaching memory.
 //   nvme_test FILE        (FILE on the ext4 of the shared namespace)
 #include <fcntl.h>
+#include <linux/nvme_ioctl.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -95,6 +96,26 @@ std::vector<Piece> scattered(size_t count, uint32_t len, size_t slots) {
   std::vector<Piece> v;
   for (size_t i = 0; i < count; ++i) v.push_back({(i * 37 + 11) % slots * len, len});
   return v;
+}
+
+// Read commands the namespace has executed, as the controller counts them (SMART / Health log,
+// Host Read Commands), asked through the stock driver's controller: both controllers of the
+// subsystem serve the one namespace.
+uint64_t host_read_commands() {
+  const int fd = ::open("/dev/nvme0", O_RDONLY);
+  if (fd < 0) return 0;
+  alignas(4096) static unsigned char log[512];
+  nvme_admin_cmd cmd{};
+  cmd.opcode = 0x02;  // Get Log Page
+  cmd.nsid = 0xffffffff;
+  cmd.addr = reinterpret_cast<uintptr_t>(log);
+  cmd.data_len = sizeof log;
+  cmd.cdw10 = ((sizeof log / 4 - 1) << 16) | 0x02;  // NUMDL, log 02h
+  const int rc = ::ioctl(fd, NVME_IOCTL_ADMIN_CMD, &cmd);
+  ::close(fd);
+  uint64_t n = 0;
+  if (rc == 0) std::memcpy(&n, log + 64, sizeof n);  // bytes 79:64, little endian; the low half
+  return n;
 }
 
 bool iommu_present() {
@@ -292,19 +313,26 @@ int main(int argc, char** argv) {
     } shapes[] = {{"llama3-8b NHD, 16-token blocks: 32 KiB pieces", 32768},
                   {"HND, 8-token blocks, head dim 128: 2 KiB pieces", 2048}};
     const size_t object = 1 << 20;  // K and V of 8 heads x 128 dims x 256 tokens x 2 bytes
-    std::printf("     per layer load of a 1 MiB object (commands / data pointer entries):\n");
+    std::printf("     per layer load of a 1 MiB object (commands submitted = counted by the controller / data pointer entries):\n");
     for (const Shape& sh : shapes) {
       const auto pieces = scattered(object / sh.piece, sh.piece, kv.bytes / sh.piece);
       const auto ext = nv::file_extents(fd, object, object);
       Counts by[2];
+      uint64_t counted[2];
       for (int use_sgl = 0; use_sgl < 2; ++use_sgl) {
         std::memset(kv.p, 0, kv.bytes);
+        const uint64_t before = host_read_commands();
         by[use_sgl] = load(qp, mem, ci, ext, pieces, use_sgl);
+        counted[use_sgl] = host_read_commands() - before;
         check(by[use_sgl].ok && pieces_match(kv.data(), pieces, file, object),
               std::string(use_sgl ? "SGL" : "PRP") + ": " + sh.name + " land in their blocks, bytes equal the file's");
+        check(counted[use_sgl] == by[use_sgl].commands,
+              std::string(use_sgl ? "SGL" : "PRP") + ": the controller counted " + std::to_string(counted[use_sgl]) +
+                  " read commands, as many as were submitted");
       }
-      std::printf("     %-48s PRP %4u / %5u   SGL %4u / %5u\n", sh.name, by[0].commands, by[0].pointers, by[1].commands,
-                  by[1].pointers);
+      std::printf("     %-48s PRP %4u = %4llu / %5u   SGL %4u = %4llu / %5u\n", sh.name, by[0].commands,
+                  static_cast<unsigned long long>(counted[0]), by[0].pointers, by[1].commands,
+                  static_cast<unsigned long long>(counted[1]), by[1].pointers);
     }
 
     // The whole file, in order, with PRPs.
