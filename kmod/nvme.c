@@ -160,12 +160,11 @@ int tutti_identify(struct tutti_ctrl *c, u32 cns, u32 nsid, void __user *out)
 	cmd[6] = lower_32_bits(c->scratch_dma);
 	cmd[7] = upper_32_bits(c->scratch_dma);
 	cmd[10] = cns;
-	/* scratch is shared by every caller: serialise through the admin lock's user, the ctrl. */
-	mutex_lock(&tutti_ctrls_lock);
+	mutex_lock(&c->scratch_lock);
 	ret = status_errno(admin(c, cmd, NULL));
 	if (!ret && copy_to_user(out, c->scratch, 4096))
 		ret = -EFAULT;
-	mutex_unlock(&tutti_ctrls_lock);
+	mutex_unlock(&c->scratch_lock);
 	return ret;
 }
 
@@ -389,6 +388,7 @@ static int tutti_nvme_probe(struct pci_dev *pdev, const struct pci_device_id *id
 		return -ENOMEM;
 	kref_init(&c->ref);
 	mutex_init(&c->admin_lock);
+	mutex_init(&c->scratch_lock);
 	c->pdev = pci_dev_get(pdev);
 	ret = pci_enable_device_mem(pdev);
 	if (ret)

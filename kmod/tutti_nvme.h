@@ -30,6 +30,7 @@ struct tutti_ctrl {
 	dma_addr_t asq_dma, acq_dma;
 	u16 asq_tail, acq_head, admin_cid;
 	u8 acq_phase;
+	struct mutex scratch_lock; /* scratch, one caller at a time */
 	void *scratch;           /* one page for Identify data */
 	dma_addr_t scratch_dma;
 	DECLARE_BITMAP(qids, TUTTI_MAX_QUEUES + 1);

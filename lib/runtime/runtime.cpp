@@ -40,6 +40,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   const Shape& shape = binding->shape();
 
   const std::string name = backend_name_.load();
+  const char* resolved = backend_name_.load();  // what auto settles on; kept only if all goes well
   const bool gpu_uring = name == "gpu-uring", cufile = name == "cufile", dram = name == "dram";
   TUTTI_EXPECT_CODE(!(gpu_uring || cufile) || binding->on_device(), TUTTI_EUNSUPPORTED,
                     "backend " + name + " loads into CUDA memory: register a KV cache with TUTTI_MEMORY_CUDA");
@@ -81,12 +82,12 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   // through io_uring passthrough on the stock driver.
   if (cfg_.backend == "auto" && !device && cfg_.io_mode == IoMode::kObject) {
     if (nvme_unavailable_reason(bc).empty())
-      backend_name_ = "nvme";
+      resolved = "nvme";
     else if (passthru_unavailable_reason(bc.fds).empty())
-      backend_name_ = "passthru";
+      resolved = "passthru";
   }
-  const bool passthru = backend_name_.load() == std::string("passthru");
-  const bool nvme = backend_name_.load() == std::string("nvme");
+  const bool passthru = resolved == std::string("passthru");
+  const bool nvme = resolved == std::string("nvme");
   TUTTI_EXPECT_CODE(!(passthru || nvme) || !device, TUTTI_EUNSUPPORTED,
                     "backend " + name + " loads into host memory (GPU memory needs the GPU producer, not built yet)");
 
@@ -127,10 +128,10 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   // HBM) posix 36.7, uring 26.5. So auto takes posix for such pools.
   if (cfg_.backend == "auto")
     for (size_t i = 0; i < pool->files(); ++i)
-      if (!pool->file(i).direct || pool->file(i).in_memory) backend_name_ = "posix";
+      if (!pool->file(i).direct || pool->file(i).in_memory) resolved = "posix";
   // gpu-uring drives loads; stores take the CPU producer, which checksums as it writes.
   auto backend = dram ? make_dram_backend(bc, *dram_pool)
-                      : make_backend(gpu_uring || cufile || passthru || nvme ? "uring" : backend_name_.load(), bc);
+                      : make_backend(gpu_uring || cufile || passthru || nvme ? "uring" : resolved, bc);
   // cufile: loads read into staging in HBM, then the copy kernel scatters from there.
   std::unique_ptr<void, void (*)(void*)> load_arena{nullptr, gpu::free};
   std::unique_ptr<Staging> load_staging;
@@ -164,6 +165,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   load_staging_ = std::move(load_staging);
   load_backend_ = std::move(load_backend);
   gpu_uring_ = std::move(gu);
+  backend_name_ = resolved;
   direct_ = direct;
   device_ = std::move(device);
   scheduler_ = std::make_unique<Scheduler>(cfg_.lookahead);
