@@ -60,6 +60,8 @@ const char* kUsage =
     "  --pool URI           pool to use; it is recreated for every run (default ./tutti-bench.pool)\n"
     "  --backends LIST      comma-separated backends (default: every one that works here)\n"
     "  --no-baseline        skip the per-block baseline (one I/O per block and K/V)\n"
+    "  --dram-tier SIZE     a DRAM tier of SIZE above the pool (option dram_tier); loads that it\n"
+    "                       serves are memcpys, and tier_hit_ratio says how many\n"
     "  --direct MODE        auto | on | off: vectored I/O straight into the blocks (default auto)\n"
     "  --block-tokens N     tokens per KV block (default 16)\n"
     "  --chunk-tokens N     tokens per stored chunk (default 256)\n"
@@ -186,6 +188,7 @@ struct BenchArgs {
   bool backends_given = false;  // --backends: a backend that cannot run is an error
   bool baseline = true;
   std::string direct = "auto";
+  std::string dram_tier;  // --dram-tier: a DRAM tier of this size above the pool
   uint32_t block_tokens = 16;
   uint32_t chunk_tokens = 256;
   bool hnd = false;
@@ -301,6 +304,7 @@ struct Row {
   uint64_t bytes = 0;
   double seconds = 0, gbps = 0, ratio = 0, cpu_us_layer = 0, io_cpu_us_layer = 0, ios_layer = 0;
   double sched_us_layer = 0, sqpoll_us_layer = 0;
+  double tier_hit_ratio = -1;  // loads: share of chunk-layers the DRAM tier served; -1 without one
   bool verified = false;
   bool has_cpu = false;
 };
@@ -377,14 +381,15 @@ void print_row(const BenchArgs& a, const Row& r) {
         "{\"run\":%zu,\"bench\":\"%s\",\"backend\":\"%s\",\"io_mode\":\"%s\",\"memory\":\"%s\",\"direct\":%s,\"model\":\"%s\",\"tokens\":%zu,"
         "\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.3f,\"ratio_to_raw\":%.3f,\"cpu_us_per_layer\":%s,"
         "\"io_cpu_us_per_layer\":%s,\"sched_cpu_us_per_layer\":%s,\"sqpoll_cpu_us_per_layer\":%s,"
-        "\"ios_per_layer\":%s,\"verified\":%s}\n",
+        "\"ios_per_layer\":%s,\"tier_hit_ratio\":%s,\"verified\":%s}\n",
         r.run, r.bench.c_str(), r.backend.c_str(), r.io_mode.c_str(), a.cuda ? "cuda" : "host", r.direct ? "true" : "false",
         a.model->name, a.tokens,
         r.bytes, r.seconds, r.gbps, r.ratio, r.has_cpu ? std::to_string(r.cpu_us_layer).c_str() : "null",
         r.has_cpu ? std::to_string(r.io_cpu_us_layer).c_str() : "null",
         r.has_cpu ? std::to_string(r.sched_us_layer).c_str() : "null",
         r.has_cpu ? std::to_string(r.sqpoll_us_layer).c_str() : "null",
-        r.has_cpu ? std::to_string(r.ios_layer).c_str() : "null", r.verified ? "true" : "false");
+        r.has_cpu ? std::to_string(r.ios_layer).c_str() : "null",
+        r.tier_hit_ratio >= 0 ? std::to_string(r.tier_hit_ratio).c_str() : "null", r.verified ? "true" : "false");
   } else {
     if (!r.has_cpu)
       std::printf("%-10s %-9s %-20s %8.2f %7.2f %12s %14s %14s %15s %10s %s\n", r.bench.c_str(), r.backend.c_str(),
@@ -440,6 +445,7 @@ RunResult run_once(const BenchArgs& a, KvCache& kv, const std::string& backend, 
   tutti_options_set(o, "backend", backend.c_str());
   tutti_options_set(o, "io_mode", io_mode);
   tutti_options_set(o, "direct_to_blocks", a.direct.c_str());
+  if (!a.dram_tier.empty()) tutti_options_set(o, "dram_tier", a.dram_tier.c_str());
   if (a.cuda)  // a load into HBM stages whole layers: room for the default lookahead of 4
     tutti_options_set(o, "staging", std::to_string(std::max<uint64_t>(256ull << 20, 4 * chunks * shape.layer_bytes())).c_str());
   tutti_runtime* rt = nullptr;
@@ -482,7 +488,7 @@ RunResult run_once(const BenchArgs& a, KvCache& kv, const std::string& backend, 
   auto run_batch = [&](tutti_op op, Row& row) {
     row.bench = op == TUTTI_OP_LOAD ? "load" : "store";
     row.backend = backend;
-    row.io_mode = io_mode;
+    row.io_mode = std::string(io_mode) + (a.dram_tier.empty() ? "" : "+tier");
     tutti_stats s0{}, s1{};
     s0.struct_size = s1.struct_size = sizeof(tutti_stats);
     tutti_runtime_stats(rt, &s0);
@@ -519,6 +525,10 @@ RunResult run_once(const BenchArgs& a, KvCache& kv, const std::string& backend, 
     row.sched_us_layer = (k1.sched - k0.sched) * 1e6 / m.layers;
     row.sqpoll_us_layer = (k1.sqpoll - k0.sqpoll) * 1e6 / m.layers;
     row.ios_layer = static_cast<double>(s1.ios - s0.ios) / m.layers;
+    if (!a.dram_tier.empty() && op == TUTTI_OP_LOAD) {
+      const uint64_t hits = s1.tier_hits - s0.tier_hits, all = hits + s1.tier_misses - s0.tier_misses;
+      row.tier_hit_ratio = all ? static_cast<double>(hits) / static_cast<double>(all) : 0;
+    }
     row.has_cpu = true;
     return 0;
   };
@@ -608,6 +618,8 @@ int cmd_bench(int argc, char** argv) {
         if (e > s) a.backends.push_back(v.substr(s, e - s));
         s = e + 1;
       }
+    } else if (f == "--dram-tier") {
+      a.dram_tier = need_value(i);
     } else if (f == "--no-baseline") {
       a.baseline = false;
     } else if (f == "--direct") {

@@ -98,6 +98,10 @@ TUTTI_API const char* tutti_last_error(void);
  *   direct_to_blocks auto | on | off. Read/write straight between the SSD and the KV blocks with
  *                    vectored I/O when the layout is aligned (auto, default); off always stages.
  *   verify           0 | 1. Check each layer's checksum on load (default 0; fsck always does).
+ *   dram_tier        bytes of host memory above the pool (default 0: none) that keep the
+ *                    chunk-layers most recently stored or loaded: a load of one still there
+ *                    is a memcpy, not an I/O. Write-through; the pool stays the truth. With the
+ *                    CPU producers (uring, posix, passthru, nvme), also into CUDA memory.
  *   staging          bytes of aligned staging memory (default 256M). A load into CUDA memory
  *                    holds one layer of the whole batch in staging until its copy kernel ran.
  *   lookahead        layers kept in flight ahead of the consumer (default 4).
@@ -263,6 +267,9 @@ typedef struct tutti_stats {
   uint64_t slots_used;
   uint64_t layer_waits;   /* tutti_batch_wait_layer calls */
   uint64_t layer_wait_ns; /* time spent blocked in them */
+  /* Since 0.2 (a caller built against 0.1 passes a smaller struct_size and gets the above). */
+  uint64_t tier_hits;     /* chunk-layer loads served by the DRAM tier (option dram_tier) */
+  uint64_t tier_misses;   /* chunk-layer loads it did not hold: read from the pool */
 } tutti_stats;
 
 TUTTI_API int tutti_runtime_stats(const tutti_runtime* rt, tutti_stats* out);

@@ -2,6 +2,7 @@
 // guard(), which turns exceptions into a tutti_error code and the thread-local message.
 #include "tutti.h"
 
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -226,8 +227,14 @@ int tutti_runtime_stats(const tutti_runtime* rt, tutti_stats* out) {
   return guard([&] {
     need(rt, "rt");
     need(out, "out");
-    TUTTI_EXPECT(out->struct_size == sizeof(tutti_stats), "tutti_stats.struct_size must be sizeof(tutti_stats)");
-    *out = rt->impl->stats();
+    // Older callers pass the smaller struct they were built with: they get its fields.
+    constexpr size_t v1 = offsetof(tutti_stats, tier_hits);
+    const size_t size = out->struct_size;
+    TUTTI_EXPECT(size >= v1 && size <= sizeof(tutti_stats) && size % 8 == 0,
+                 "tutti_stats.struct_size must be sizeof(tutti_stats)");
+    const tutti_stats s = rt->impl->stats();
+    std::memcpy(out, &s, size);
+    out->struct_size = static_cast<uint32_t>(size);
   });
 }
 

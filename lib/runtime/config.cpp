@@ -18,6 +18,7 @@ const std::vector<OptionInfo>& option_table() {
       {"direct_to_blocks", "auto", "auto | on | off: vectored I/O straight between pool and KV blocks"},
       {"verify", "0", "1: check every layer's checksum on load"},
       {"staging", "256M", "bytes of aligned staging memory"},
+      {"dram_tier", "0", "bytes of host memory above the pool for recently moved chunk-layers (0: none)"},
       {"lookahead", "4", "layers in flight ahead of the consumer"},
       {"rings", "4", "io_uring rings (one thread each; gpu-uring: one SQPOLL thread each, at most 8)"},
       {"queue_depth", "64", "I/Os in flight per ring"},
@@ -89,6 +90,8 @@ void apply(Config& c, const std::string& key, const std::string& v) {
     c.direct = v == "auto" ? DirectMode::kAuto : v == "on" ? DirectMode::kOn : DirectMode::kOff;
   } else if (key == "verify") {
     c.verify = flag_of(key, v);
+  } else if (key == "dram_tier") {
+    c.dram_tier = size_of(key, v, 0, 1ull << 46);
   } else if (key == "staging") {
     c.staging = size_of(key, v, 4096, 1ull << 40);
   } else if (key == "lookahead") {

@@ -24,6 +24,7 @@ struct Config {
   DirectMode direct = DirectMode::kAuto;
   bool verify = false;
   uint64_t staging = 0;
+  uint64_t dram_tier = 0;
   uint32_t lookahead = 0;
   uint32_t rings = 0;
   uint32_t queue_depth = 0;

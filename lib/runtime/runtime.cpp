@@ -4,6 +4,7 @@
 
 #include "common/error.hpp"
 #include "datapath/cufile.hpp"
+#include "datapath/dram_tier.hpp"
 #include "nvme/nvme_backend.hpp"
 #include "nvme/passthru_backend.hpp"
 
@@ -150,6 +151,16 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
     load_staging = std::make_unique<Staging>(bytes, shape.layer_bytes(), static_cast<std::byte*>(load_arena.get()));
     load_backend = make_cufile_backend(bc, load_arena.get(), bytes);
   }
+  // The DRAM tier goes in front of the CPU producers, for stores (write-through) and loads.
+  std::shared_ptr<DramTier> tier;
+  if (cfg_.dram_tier) {
+    TUTTI_EXPECT_CODE(!(gpu_uring || cufile || dram), TUTTI_EUNSUPPORTED,
+                      "dram_tier sits in front of the CPU producers (uring, posix, passthru, nvme), not backend " + name);
+    tier = std::make_shared<DramTier>(cfg_.dram_tier, shape.layer_bytes());
+    const unsigned copiers = std::min(cfg_.threads, 8u);
+    backend = make_tiered_backend(std::move(backend), tier, copiers);
+    if (load_backend) load_backend = make_tiered_backend(std::move(load_backend), tier, copiers);
+  }
   std::unique_ptr<GpuUring> gu;
   if (gpu_uring) gu = std::make_unique<GpuUring>(*device, bc);
 
@@ -165,6 +176,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   load_staging_ = std::move(load_staging);
   load_backend_ = std::move(load_backend);
   gpu_uring_ = std::move(gu);
+  tier_ = std::move(tier);
   backend_name_ = resolved;
   direct_ = direct;
   device_ = std::move(device);
@@ -198,6 +210,10 @@ tutti_stats Runtime::stats() const {
   s.failed_chunks = counters_.failed_chunks;
   s.layer_waits = counters_.layer_waits;
   s.layer_wait_ns = counters_.layer_wait_ns;
+  if (tier_) {
+    s.tier_hits = tier_->hits();
+    s.tier_misses = tier_->misses();
+  }
   if (index_) {
     s.evictions = index_->evictions();
     s.slots_total = index_->slots();

@@ -12,6 +12,7 @@
 #include "binding/staging.hpp"
 #include "datapath/backend.hpp"
 #include "datapath/dram.hpp"
+#include "datapath/dram_tier.hpp"
 #include "datapath/gpu_uring.hpp"
 #include "index/index.hpp"
 #include "kernels/device.hpp"
@@ -78,6 +79,7 @@ class Runtime {
   std::unique_ptr<void, void (*)(void*)> load_arena_{nullptr, gpu::free};  // HBM for load_staging_
   std::unique_ptr<Staging> load_staging_;
   std::unique_ptr<Backend> load_backend_;
+  std::shared_ptr<DramTier> tier_;  // also held by the backends in front of which it sits
   std::unique_ptr<GpuUring> gpu_uring_;
   std::unique_ptr<Scheduler> scheduler_;  // last: stopped first
   bool direct_ = false;
