@@ -25,7 +25,9 @@ __global__ void submit_kernel(const nvme::Planned* commands, uint32_t n, const n
 
 void nvme_submit(const nvme::Planned* commands, uint32_t n, const nvme::Segment* segments, uint8_t opcode, uint32_t nsid,
                  bool use_sgl, uint16_t first_cid, const NvmeQueueView& q, void* stream) {
-  TUTTI_EXPECT(n < q.depth, "nvme_submit: " + std::to_string(n) + " commands for a queue of depth " + std::to_string(q.depth));
+  TUTTI_EXPECT(n < q.depth && uint32_t{first_cid} + n <= q.depth - 1,
+               "nvme_submit: commands " + std::to_string(first_cid) + "+" + std::to_string(n) +
+                   " do not fit a queue of depth " + std::to_string(q.depth));
   auto s = static_cast<cudaStream_t>(stream);
   submit_kernel<<<1, 256, 0, s>>>(commands, n, segments, opcode, nsid, use_sgl, first_cid, q);
   check(cudaGetLastError(), "nvme submit kernel");

@@ -11,6 +11,7 @@
  * deleted first (the controller stops touching memory), then DMA mappings, then pins.
  */
 #include <linux/dma-buf.h>
+#include <linux/dma-map-ops.h>
 #include <linux/dma-mapping.h>
 #include <linux/fs.h>
 #include <linux/miscdevice.h>
@@ -331,38 +332,65 @@ static long tutti_delete_qp(struct tutti_lease *lease, void __user *arg)
 	list_for_each_entry(q, &lease->qps, node) {
 		if (q->token == token) {
 			found = q;
-			list_del(&q->node);
 			break;
 		}
 	}
+	/* Mapped queue memory must not be freed under the mapping: munmap first. */
+	if (found && atomic_read(&found->mappings)) {
+		mutex_unlock(&lease->lock);
+		return -EBUSY;
+	}
+	if (found)
+		list_del(&found->node);
 	mutex_unlock(&lease->lock);
 	if (!found)
 		return -ENOENT;
-	/* Pages of the queues still mapped in the process keep their memory until unmapped. */
 	tutti_qp_destroy(found);
 	atomic_dec(&tutti_qps);
 	return 0;
 }
 
-/* Writes the bus address of every page of a DMA-mapped table to the user array. */
-static long tutti_put_iovas(struct sg_table *sgt, u64 __user *out, u64 capacity, u64 *npages)
+/*
+ * Would the device's writes land in a bounce buffer instead of these pages? Nothing copies a
+ * bounce buffer back to a lease's memory, so such a mapping is refused. dma-direct bounces
+ * through swiotlb (dma_need_sync says so per address); iommu-dma, whose dma_need_sync is
+ * always true, bounces only for untrusted devices.
+ */
+static bool tutti_bounced(struct device *dev, dma_addr_t addr)
+{
+	if (!get_dma_ops(dev))
+		return dma_need_sync(dev, addr);
+	return dev_is_pci(dev) && to_pci_dev(dev)->untrusted;
+}
+
+/*
+ * The bus address of every page of a DMA-mapped table, in a kernel array (copied out later,
+ * with no lock held: a copy to user memory may fault and take mmap_lock, which tutti_mmap
+ * holds when it takes the lease's lock).
+ */
+static long tutti_iovas(struct device *dev, struct sg_table *sgt, u64 **out, u64 *npages)
 {
 	struct scatterlist *sg;
-	u64 k = 0, off;
+	u64 k = 0, off, n = 0;
+	u64 *v;
 	int i;
 
 	for_each_sgtable_dma_sg(sgt, sg, i) {
-		dma_addr_t a = sg_dma_address(sg);
-		unsigned int len = sg_dma_len(sg);
-
-		if (!PAGE_ALIGNED(a) || !PAGE_ALIGNED(len))
+		if (!PAGE_ALIGNED(sg_dma_address(sg)) || !PAGE_ALIGNED(sg_dma_len(sg)))
 			return -EINVAL; /* not describable page by page */
-		for (off = 0; off < len; off += PAGE_SIZE, k++)
-			if (k < capacity && put_user(a + off, out + k))
-				return -EFAULT;
+		if (tutti_bounced(dev, sg_dma_address(sg)))
+			return -EOPNOTSUPP;
+		n += sg_dma_len(sg) >> PAGE_SHIFT;
 	}
-	*npages = k;
-	return k > capacity ? -ENOSPC : 0;
+	v = kvmalloc_array(n ? n : 1, sizeof(*v), GFP_KERNEL);
+	if (!v)
+		return -ENOMEM;
+	for_each_sgtable_dma_sg(sgt, sg, i)
+		for (off = 0; off < sg_dma_len(sg); off += PAGE_SIZE)
+			v[k++] = sg_dma_address(sg) + off;
+	*out = v;
+	*npages = n;
+	return 0;
 }
 
 static long tutti_map_dma(struct tutti_lease *lease, void __user *arg)
@@ -371,6 +399,8 @@ static long tutti_map_dma(struct tutti_lease *lease, void __user *arg)
 	struct tutti_pinned *p = NULL, *it;
 	struct tutti_map *m;
 	struct sg_table *sgt;
+	struct device *dev;
+	u64 *iovas = NULL, n = 0;
 	long ret;
 
 	if (copy_from_user(&req, arg, sizeof(req)))
@@ -385,33 +415,39 @@ static long tutti_map_dma(struct tutti_lease *lease, void __user *arg)
 		kfree(m);
 		return -ENODEV;
 	}
-	mutex_lock(&lease->lock);
+	dev = &m->ctrl->pdev->dev;
 	if (req.dmabuf_fd < 0) {
+		/* The range stays pinned while mapped: UNPIN refuses it once maps is raised. */
+		mutex_lock(&lease->lock);
 		list_for_each_entry(it, &lease->pinned, node)
 			if (it->handle == req.pinned)
 				p = it;
+		if (p)
+			p->maps++;
+		mutex_unlock(&lease->lock);
 		ret = -ENOENT;
 		if (!p)
-			goto out_unlock;
-		ret = sg_alloc_table_from_pages(&m->sgt, p->pages, p->npages, 0, p->npages << PAGE_SHIFT, GFP_KERNEL);
-		if (ret)
-			goto out_unlock;
-		ret = dma_map_sgtable(&m->ctrl->pdev->dev, &m->sgt, DMA_BIDIRECTIONAL, 0);
-		if (ret) {
-			sg_free_table(&m->sgt);
-			goto out_unlock;
-		}
+			goto out_free;
 		m->pinned = p;
-		p->maps++;
+		ret = sg_alloc_table_from_pages(&m->sgt, p->pages, p->npages, 0, p->npages << PAGE_SHIFT, GFP_KERNEL);
+		if (!ret) {
+			ret = dma_map_sgtable(dev, &m->sgt, DMA_BIDIRECTIONAL, 0);
+			if (ret)
+				sg_free_table(&m->sgt);
+		}
+		if (ret) {
+			mutex_lock(&lease->lock);
+			p->maps--;
+			mutex_unlock(&lease->lock);
+			goto out_free;
+		}
 		sgt = &m->sgt;
 	} else {
 		m->dmabuf = dma_buf_get(req.dmabuf_fd);
 		ret = PTR_ERR_OR_ZERO(m->dmabuf);
-		if (ret) {
-			m->dmabuf = NULL;
-			goto out_unlock;
-		}
-		m->attach = dma_buf_attach(m->dmabuf, &m->ctrl->pdev->dev);
+		if (ret)
+			goto out_free;
+		m->attach = dma_buf_attach(m->dmabuf, dev);
 		ret = PTR_ERR_OR_ZERO(m->attach);
 		if (!ret) {
 			m->dmabuf_sgt = dma_buf_map_attachment_unlocked(m->attach, DMA_BIDIRECTIONAL);
@@ -421,27 +457,36 @@ static long tutti_map_dma(struct tutti_lease *lease, void __user *arg)
 		}
 		if (ret) {
 			dma_buf_put(m->dmabuf);
-			m->dmabuf = NULL;
-			goto out_unlock;
+			goto out_free;
 		}
 		sgt = m->dmabuf_sgt;
 	}
-	ret = tutti_put_iovas(sgt, u64_to_user_ptr(req.iovas), req.npages, &req.npages);
+	ret = tutti_iovas(dev, sgt, &iovas, &n);
+	if (!ret && n > req.npages)
+		ret = -ENOSPC;
 	if (ret) {
-		tutti_unmap(m); /* drops the controller reference too */
+		mutex_lock(&lease->lock); /* tutti_unmap changes the pinned range's count */
+		tutti_unmap(m);           /* drops the controller reference too */
 		mutex_unlock(&lease->lock);
+		kvfree(iovas);
+		req.npages = n;
 		if (ret == -ENOSPC && copy_to_user(arg, &req, sizeof(req)))
 			return -EFAULT;
 		return ret; /* ENOSPC: npages says how many are needed */
 	}
+	mutex_lock(&lease->lock);
 	m->handle = lease->next_handle++;
 	list_add(&m->node, &lease->maps);
 	mutex_unlock(&lease->lock);
 	req.handle = m->handle;
-	return copy_to_user(arg, &req, sizeof(req)) ? -EFAULT : 0;
+	req.npages = n;
+	/* On a failed copy the mapping stays with the lease, like a pin whose handle was lost. */
+	ret = copy_to_user(u64_to_user_ptr(req.iovas), iovas, n * sizeof(*iovas)) ||
+	      copy_to_user(arg, &req, sizeof(req)) ? -EFAULT : 0;
+	kvfree(iovas);
+	return ret;
 
-out_unlock:
-	mutex_unlock(&lease->lock);
+out_free:
 	tutti_ctrl_put(m->ctrl);
 	kfree(m);
 	return ret;
@@ -468,15 +513,6 @@ static long tutti_unmap_dma(struct tutti_lease *lease, void __user *arg)
 	return found ? 0 : -ENOENT;
 }
 
-static vm_fault_t tutti_vm_fault(struct vm_fault *vmf)
-{
-	return VM_FAULT_SIGBUS; /* a queue whose controller went away */
-}
-
-static const struct vm_operations_struct tutti_vm_ops = {
-	.fault = tutti_vm_fault,
-};
-
 /* Maps a region of a queue pair: offset (token * TUTTI_QP_REGIONS + region) pages. */
 static int tutti_mmap(struct file *file, struct vm_area_struct *vma)
 {
@@ -493,8 +529,6 @@ static int tutti_mmap(struct file *file, struct vm_area_struct *vma)
 		if (q->token == token)
 			found = q;
 	ret = found ? tutti_qp_mmap(found, region, vma) : -ENOENT;
-	if (!ret)
-		vma->vm_ops = &tutti_vm_ops;
 	mutex_unlock(&lease->lock);
 	return ret;
 }

@@ -69,6 +69,23 @@ static u32 doorbell(const struct tutti_ctrl *c, u16 qid, bool cq)
 	return REG_DOORBELLS + (2 * qid + cq) * (4u << c->dstrd);
 }
 
+static int wait_csts(struct tutti_ctrl *c, u32 mask, u32 want);
+
+/*
+ * Under admin_lock: the controller stops (CC.EN = 0, then no bus mastering), so it touches no
+ * memory any more; then it is dead, and user mappings of its doorbells and queues go (a later
+ * doorbell fault sees `dead` under admin_lock and gets SIGBUS).
+ */
+static void ctrl_stop(struct tutti_ctrl *c)
+{
+	writel(0, c->bar + REG_CC);
+	if (wait_csts(c, CSTS_RDY, 0))
+		dev_warn(&c->pdev->dev, "tutti_nvme: the controller did not report disabled\n");
+	pci_clear_master(c->pdev);
+	c->dead = true;
+	tutti_zap_mappings();
+}
+
 /* Waits until (CSTS & mask) == want, for at most CAP.TO (500 ms units). */
 static int wait_csts(struct tutti_ctrl *c, u32 mask, u32 want)
 {
@@ -110,9 +127,10 @@ static int admin(struct tutti_ctrl *c, u32 cmd[16], u32 *result)
 	deadline = jiffies + msecs_to_jiffies(ADMIN_TIMEOUT_MS);
 	while ((le16_to_cpu(READ_ONCE(cqe->status)) & 1) != c->acq_phase) {
 		if (time_after(jiffies, deadline)) {
-			/* A controller that does not answer its admin queue is of no further use. */
-			dev_err(&c->pdev->dev, "tutti_nvme: admin opcode 0x%02x timed out\n", cmd[0] & 0xff);
-			c->dead = true;
+			/* A controller that does not answer its admin queue is of no further use; it is
+			 * stopped before anyone frees memory it might still reach. */
+			dev_err(&c->pdev->dev, "tutti_nvme: admin opcode 0x%02x timed out: disabling\n", cmd[0] & 0xff);
+			ctrl_stop(c);
 			mutex_unlock(&c->admin_lock);
 			return -ETIMEDOUT;
 		}
@@ -246,10 +264,14 @@ struct tutti_qp_mem *tutti_qp_create(struct tutti_ctrl *c, u32 depth)
 			memset(cmd, 0, sizeof(cmd));
 			cmd[0] = ADM_DELETE_CQ;
 			cmd[10] = qid;
-			admin(c, cmd, NULL);
+			if (admin(c, cmd, NULL) && !READ_ONCE(c->dead)) {
+				dev_err(&c->pdev->dev, "tutti_nvme: a half-made queue pair %u stays: its memory is kept\n", qid);
+				kfree(q);
+				return ERR_PTR(ret);
+			}
 		}
 	}
-	if (ret) {
+	if (ret) { /* nothing of it is left on the controller, or the controller is stopped */
 		qp_release_qid(q);
 		qp_free_memory(q);
 		kfree(q);
@@ -281,29 +303,86 @@ void tutti_qp_destroy(struct tutti_qp_mem *q)
 		cmd[10] = q->qid;
 		ret = admin(c, cmd, NULL);
 	}
-	if (ret && ret != -ENODEV)
-		dev_warn(&c->pdev->dev, "tutti_nvme: deleting queue pair %u: %d\n", q->qid, ret);
-	qp_release_qid(q);
-	qp_free_memory(q);
+	if (!ret || READ_ONCE(c->dead)) { /* deleted, or the controller is stopped */
+		qp_release_qid(q);
+		qp_free_memory(q);
+	} else { /* the controller may still use the queues: keep their memory and id */
+		dev_err(&c->pdev->dev, "tutti_nvme: deleting queue pair %u failed (%d): its memory is kept\n", q->qid, ret);
+	}
 	kfree(q);
 	tutti_ctrl_put(c);
 }
 
+/* Every user mapping of a queue pair is counted: the pair cannot be deleted under one. */
+static void qp_vm_open(struct vm_area_struct *vma)
+{
+	struct tutti_qp_mem *q = vma->vm_private_data;
+
+	atomic_inc(&q->mappings);
+}
+
+static void qp_vm_close(struct vm_area_struct *vma)
+{
+	struct tutti_qp_mem *q = vma->vm_private_data;
+
+	atomic_dec(&q->mappings);
+}
+
+static vm_fault_t qp_memory_fault(struct vm_fault *vmf)
+{
+	return VM_FAULT_SIGBUS; /* mapped whole at mmap; a fault means its controller went away */
+}
+
+/* The doorbell page is mapped on first touch, and only while the controller is alive: a
+ * mapping made after the controller stopped would ring whatever driver takes the device next. */
+static vm_fault_t qp_doorbell_fault(struct vm_fault *vmf)
+{
+	struct tutti_qp_mem *q = vmf->vma->vm_private_data;
+	vm_fault_t ret = VM_FAULT_SIGBUS;
+
+	mutex_lock(&q->ctrl->admin_lock);
+	if (!q->ctrl->dead)
+		ret = vmf_insert_pfn_prot(vmf->vma, vmf->address, q->doorbell_page >> PAGE_SHIFT, vmf->vma->vm_page_prot);
+	mutex_unlock(&q->ctrl->admin_lock);
+	return ret;
+}
+
+static const struct vm_operations_struct qp_memory_vm_ops = {
+	.open = qp_vm_open,
+	.close = qp_vm_close,
+	.fault = qp_memory_fault,
+};
+
+static const struct vm_operations_struct qp_doorbell_vm_ops = {
+	.open = qp_vm_open,
+	.close = qp_vm_close,
+	.fault = qp_doorbell_fault,
+};
+
 int tutti_qp_mmap(struct tutti_qp_mem *q, unsigned int region, struct vm_area_struct *vma)
 {
 	unsigned long size = vma->vm_end - vma->vm_start;
+	int ret;
 
 	if (region >= TUTTI_QP_REGIONS || size != q->region_bytes[region])
 		return -EINVAL;
-	if (q->ctrl->dead)
+	if (READ_ONCE(q->ctrl->dead))
 		return -ENODEV;
 	vma->vm_flags |= VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP;
+	vma->vm_private_data = q;
 	if (region == TUTTI_QP_DOORBELLS) {
+		vma->vm_flags |= VM_IO | VM_PFNMAP;
 		vma->vm_page_prot = pgprot_noncached(vma->vm_page_prot);
-		return io_remap_pfn_range(vma, vma->vm_start, q->doorbell_page >> PAGE_SHIFT, PAGE_SIZE, vma->vm_page_prot);
+		vma->vm_ops = &qp_doorbell_vm_ops;
+	} else {
+		vma->vm_pgoff = 0; /* the offset named the region; the mapping starts at its first byte */
+		ret = dma_mmap_coherent(&q->ctrl->pdev->dev, vma, q->mem[region], q->dma[region], size);
+		if (ret)
+			return ret;
+		vma->vm_ops = &qp_memory_vm_ops;
 	}
-	vma->vm_pgoff = 0; /* the offset named the region; the mapping starts at its first byte */
-	return dma_mmap_coherent(&q->ctrl->pdev->dev, vma, q->mem[region], q->dma[region], size);
+	atomic_inc(&q->mappings); /* .open is not called for the first mapping */
+	return 0;
 }
 
 static void ctrl_free(struct kref *ref)
@@ -353,6 +432,8 @@ static int ctrl_enable(struct tutti_ctrl *c)
 	if (((cap >> 48) & 0xf) > PAGE_SHIFT - 12) /* MPSMIN above the CPU page size */
 		return -ENODEV;
 	if (!(cap & (1ull << 37))) /* the NVM command set */
+		return -ENODEV;
+	if ((8u << c->dstrd) > PAGE_SIZE) /* a pair's two doorbells must share the page it maps */
 		return -ENODEV;
 	if (readl(c->bar + REG_CC) & CC_ENABLE) {
 		writel(0, c->bar + REG_CC);
@@ -463,10 +544,11 @@ static void tutti_nvme_remove(struct pci_dev *pdev)
 	mutex_lock(&tutti_ctrls_lock);
 	list_del(&c->node);
 	mutex_unlock(&tutti_ctrls_lock);
-	tutti_zap_mappings();
 	mutex_lock(&c->admin_lock);
-	c->dead = true;
-	ctrl_shutdown(c);
+	if (!c->dead) {
+		ctrl_shutdown(c);
+		ctrl_stop(c);
+	}
 	mutex_unlock(&c->admin_lock);
 	iounmap(c->bar);
 	pci_release_mem_regions(pdev);

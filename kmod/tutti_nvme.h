@@ -24,8 +24,8 @@ struct tutti_ctrl {
 	resource_size_t bar_phys;
 	u32 dstrd, mqes, max_queues;
 
-	struct mutex admin_lock; /* the admin queue, qids, dead */
-	bool dead;               /* removed: no admin commands, queues went with the device */
+	struct mutex admin_lock; /* the admin queue, qids, dead; doorbell faults */
+	bool dead;               /* disabled (removed, or its admin queue timed out): it does no DMA */
 	void *asq, *acq;
 	dma_addr_t asq_dma, acq_dma;
 	u16 asq_tail, acq_head, admin_cid;
@@ -49,6 +49,7 @@ struct tutti_qp_mem {
 	resource_size_t doorbell_page;          /* bus address of the page with its doorbells */
 	u32 sq_doorbell, cq_doorbell;           /* offsets in that page */
 	dma_addr_t lists_dma;
+	atomic_t mappings;                      /* user mappings: no delete while there are any */
 };
 
 int tutti_nvme_register(void);

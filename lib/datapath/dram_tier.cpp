@@ -32,7 +32,7 @@ DramTier::DramTier(uint64_t capacity, uint64_t extent_bytes)
                "dram_tier: " + std::to_string(capacity) + " bytes hold no extent of " + std::to_string(extent_bytes));
   const size_t n = capacity / extent_bytes;
   // Anonymous memory: pages are touched only when an extent is first kept.
-  void* p = ::mmap(nullptr, n * extent_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  void* p = ::mmap(nullptr, n * extent_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) fail_errno(errno, "dram_tier: mmap " + std::to_string(n * extent_bytes) + " bytes");
   ::madvise(p, n * extent_bytes, MADV_HUGEPAGE);  // 2 MiB faults: a first fill costs 512x fewer
   base_ = {static_cast<std::byte*>(p), Unmap{n * extent_bytes}};
@@ -111,12 +111,12 @@ void DramTier::keep(const IoOp& op) {
   where_[{op.file, op.offset}] = slot;
 }
 
-void DramTier::drop(const IoOp& op) {
+void DramTier::drop(uint32_t file, uint64_t offset, uint64_t length) {
   std::lock_guard lock(mu_);
   // Extents that overlap [offset, offset + length) of the file start after offset - extent_.
-  const uint64_t from = op.offset >= extent_ ? op.offset - extent_ + 1 : 0;
-  for (auto it = where_.lower_bound({op.file, from}); it != where_.end() && it->first.first == op.file &&
-                                                      it->first.second < op.offset + op.length;) {
+  const uint64_t from = offset >= extent_ ? offset - extent_ + 1 : 0;
+  for (auto it = where_.lower_bound({file, from}); it != where_.end() && it->first.first == file &&
+                                                   it->first.second < offset + length;) {
     const int slot = it->second;
     ++it;  // unlist() erases the current entry
     unlist(slot);

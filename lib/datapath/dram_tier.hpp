@@ -38,8 +38,10 @@ class DramTier {
   void release(int slot);
   // After an op moved a whole extent: keep its bytes, replacing older ones.
   void keep(const IoOp& op);
-  // After a store that failed or was not a whole extent: forget what overlaps it.
-  void drop(const IoOp& op);
+  // After a store that failed or was not a whole extent, or a load whose bytes failed their
+  // checksum: forget what overlaps it.
+  void drop(uint32_t file, uint64_t offset, uint64_t length);
+  void drop(const IoOp& op) { drop(op.file, op.offset, op.length); }
 
  private:
   struct Slot {

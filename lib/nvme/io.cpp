@@ -1,6 +1,7 @@
 #include "nvme/io.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "common/error.hpp"
 
@@ -10,6 +11,7 @@ namespace {
 constexpr uint32_t kPage = 4096;
 constexpr uint32_t kMaxPrp = kPage / 8 + 1;  // PRP1 and one list page (one per command id)
 constexpr uint32_t kMaxSgl = kPage / 16;     // one segment page of data descriptors
+constexpr std::chrono::seconds kNoCompletion{30};
 }  // namespace
 
 Plan plan(const ControllerInfo& ci, const std::vector<FileExtent>& extents, const std::vector<Piece>& pieces,
@@ -31,14 +33,34 @@ Plan plan(const ControllerInfo& ci, const std::vector<FileExtent>& extents, cons
     while (take < limit && pi < pieces.size()) {
       const Piece& p = pieces[pi];
       const uint64_t n = std::min(p.len - po, limit - take);
-      trial = segs;
-      p.mem->segments(p.offset + po, n, trial);
-      const auto k = static_cast<uint32_t>(trial.size());
-      const bool fits = sgl ? k <= kMaxSgl : prp_ok(trial.data(), k, kPage) && prp_entries(trial.data(), k, kPage) <= kMaxPrp;
-      if (!fits) break;  // the command ends here (a piece alone, at most MDTS, always fits)
+      auto fits = [&](uint64_t len) {
+        trial = segs;
+        p.mem->segments(p.offset + po, len, trial);
+        const auto k = static_cast<uint32_t>(trial.size());
+        return sgl ? k <= kMaxSgl : prp_ok(trial.data(), k, kPage) && prp_entries(trial.data(), k, kPage) <= kMaxPrp;
+      };
+      uint64_t m = n;
+      if (!fits(m)) {
+        // The longest prefix of the piece that still fits and ends the command on a whole LBA
+        // (a big piece of scattered pages may need more entries than one list page holds).
+        const uint64_t lba = ci.lba_bytes, r = (lba - take % lba) % lba;
+        const int64_t first = r ? 0 : 1;  // prefix lengths r + j * lba, j >= first
+        int64_t lo = first - 1, hi = n >= r ? static_cast<int64_t>((n - r) / lba) : first - 1;
+        while (lo < hi) {  // the largest j whose prefix fits (lo: known to fit, or none)
+          const int64_t mid = (lo + hi + 1) / 2;
+          if (fits(r + static_cast<uint64_t>(mid) * lba))
+            lo = mid;
+          else
+            hi = mid - 1;
+        }
+        if (lo < first) break;  // nothing more fits: the command ends here
+        m = r + static_cast<uint64_t>(lo) * lba;
+        fits(m);  // leaves its segments in `trial`
+      }
       segs.swap(trial);
-      take += n, po += n;
+      take += m, po += m;
       if (po == p.len) ++pi, po = 0;
+      if (m < n) break;
     }
     if (take == 0 || take % ci.lba_bytes)
       fail(TUTTI_EINVAL, "nvme: a command would end inside an LBA (after " + std::to_string(take) + " bytes; LBA " +
@@ -54,11 +76,19 @@ Plan plan(const ControllerInfo& ci, const std::vector<FileExtent>& extents, cons
 
 IoCounts read(QueuePair& qp, uint32_t nsid, const Plan& plan) {
   IoCounts c;
+  // A controller that stops completing must not hang the caller for ever.
+  auto deadline = std::chrono::steady_clock::now() + kNoCompletion;
+  auto reap = [&] {
+    if (qp.poll([&](uint16_t, uint16_t status) {
+          if (status && !c.status) c.status = status;
+        }))
+      deadline = std::chrono::steady_clock::now() + kNoCompletion;
+    else if (std::chrono::steady_clock::now() > deadline)
+      fail(TUTTI_EIO, "nvme: queue pair " + std::to_string(qp.qid()) + " completed nothing for " +
+                          std::to_string(kNoCompletion.count()) + " s");
+  };
   for (const Planned& cmd : plan.commands) {
-    while (qp.room() == 0)
-      qp.poll([&](uint16_t, uint16_t status) {
-        if (status && !c.status) c.status = status;
-      });
+    while (qp.room() == 0) reap();
     Sqe s;
     const uint16_t cid = qp.next_cid();
     c.pointers += build(s, kOpRead, cid, nsid, cmd, plan.segments.data(), plan.dp == DataPointer::kSgl, qp.list(cid),
@@ -66,10 +96,7 @@ IoCounts read(QueuePair& qp, uint32_t nsid, const Plan& plan) {
     qp.submit(s);
     ++c.commands;
   }
-  while (qp.room() < qp.depth() - 1)
-    qp.poll([&](uint16_t, uint16_t status) {
-      if (status && !c.status) c.status = status;
-    });
+  while (qp.room() < qp.depth() - 1) reap();
   return c;
 }
 

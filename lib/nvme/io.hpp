@@ -39,7 +39,9 @@ Plan plan(const ControllerInfo& ci, const std::vector<FileExtent>& extents, cons
           DataPointer dp);
 
 // Submits a plan's reads on namespace `nsid` through `qp` and returns when every command is
-// complete (the CPU producer; kernels/nvme_producer is the GPU's).
+// complete (the CPU producer; kernels/nvme_producer is the GPU's). Throws EIO when the queue
+// completes nothing for 30 s: commands may still be in flight, so the queue pair must not be
+// used again (deleting it makes the controller drop them).
 IoCounts read(QueuePair& qp, uint32_t nsid, const Plan& plan);
 
 inline IoCounts read(QueuePair& qp, const ControllerInfo& ci, uint32_t nsid, const std::vector<FileExtent>& extents,

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 
@@ -28,6 +29,47 @@ struct Shared {
 
   std::mutex mu;
   std::map<uintptr_t, std::unique_ptr<nvme::DmaMemory>> mapped;  // by end address
+
+  // Queue pairs, made as workers need them, as many as the controller grants (other
+  // processes may hold some): a worker takes one for an I/O and gives it back.
+  std::mutex qmu;
+  std::condition_variable qcv;
+  std::vector<std::unique_ptr<nvme::QueuePair>> idle;
+  unsigned made = 0;
+  bool no_more = false;  // the controller granted no more
+
+  std::unique_ptr<nvme::QueuePair> take_queue() {
+    std::unique_lock lock(qmu);
+    for (;;) {
+      if (!idle.empty()) {
+        auto q = std::move(idle.back());
+        idle.pop_back();
+        return q;
+      }
+      if (!no_more) {
+        ++made;
+        lock.unlock();
+        try {
+          return std::make_unique<nvme::QueuePair>(lease, ctrl, depth);
+        } catch (const Error&) {
+          lock.lock();
+          --made;
+          no_more = true;
+          if (made == 0) throw;  // not even one
+          continue;
+        }
+      }
+      qcv.wait(lock);
+    }
+  }
+  void give_back(std::unique_ptr<nvme::QueuePair> q) {
+    std::lock_guard lock(qmu);
+    if (q)
+      idle.push_back(std::move(q));
+    else
+      --made, no_more = false;  // dropped (it may hold commands in flight): another may be made
+    qcv.notify_one();
+  }
 
   // The DMA-mapped pieces of [p, p + len). Memory is mapped on first use: the 2 MiB-aligned
   // window around it when all of that is mapped memory (the blocks of one cache share few
@@ -88,7 +130,7 @@ std::shared_ptr<Shared> open_shared(const BackendConfig& cfg) {
     s->info.push_back(std::move(ci));
   }
   s->fds = cfg.fds;
-  s->depth = std::min<uint32_t>(cfg.queue_depth + 1, s->info.empty() ? 2 : s->info.front().mqes);
+  s->depth = std::min<uint32_t>({cfg.queue_depth + 1, s->info.empty() ? 2u : s->info.front().mqes, 1024u});
   return s;
 }
 
@@ -112,15 +154,14 @@ std::unique_ptr<Backend> make_nvme_backend(const BackendConfig& cfg) {
   }
   const nvme::ControllerInfo& ci = s->info.front();
   const std::string what = std::string("NVMe Read with ") + (s->dp == nvme::DataPointer::kSgl ? "SGLs" : "PRPs") +
-                           " on tutti_kmod queue pairs (controller " + ci.bdf + ", " + std::to_string(cfg.threads) +
-                           " x depth " + std::to_string(s->depth) + "), extents by FIEMAP";
+                           " on tutti_kmod queue pairs of depth " + std::to_string(s->depth) + " (controller " +
+                           ci.bdf + ", up to " + std::to_string(std::min(cfg.threads, ci.max_queues)) +
+                           " pairs), extents by FIEMAP";
   return make_thread_backend(cfg, "nvme", what, [s](IoOp& op) -> int64_t {
     if (op.write) return -EINVAL;  // loads only
-    // One queue pair per worker thread (made on its first I/O, deleted when the thread ends).
-    thread_local std::map<const Shared*, std::unique_ptr<nvme::QueuePair>> queues;
+    std::unique_ptr<nvme::QueuePair> qp;
     try {
-      auto& qp = queues[s.get()];
-      if (!qp) qp = std::make_unique<nvme::QueuePair>(s->lease, s->ctrl, s->depth);
+      qp = s->take_queue();
       const nvme::Namespace& ns = s->spaces[op.file];
       auto extents = nvme::file_extents(s->fds[op.file], op.offset + op.done, op.length - op.done);
       for (auto& e : extents) e.physical += ns.partition;
@@ -141,8 +182,13 @@ std::unique_ptr<Backend> make_nvme_backend(const BackendConfig& cfg) {
         }
       }
       const nvme::IoCounts c = nvme::read(*qp, s->info[op.file], ns.nsid, extents, pieces, s->dp);
+      s->give_back(std::move(qp));
       return c.status ? -EIO : static_cast<int64_t>(op.length);
     } catch (const Error& e) {
+      if (qp) {
+        qp.reset();  // after a failure it may hold commands in flight: deleted, not reused
+        s->give_back(nullptr);
+      }
       return e.code() == TUTTI_EUNSUPPORTED ? -EOPNOTSUPP : e.code() == TUTTI_EINVAL ? -EINVAL : -EIO;
     }
   });

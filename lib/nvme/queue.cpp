@@ -46,6 +46,8 @@ ControllerInfo Lease::controller(uint32_t ctrl, uint32_t nsid) const {
   c.sgl = (sgls & 3) != 0;
   c.sgl_dword_aligned = (sgls & 3) == 2;
   c.lba_bytes = 1u << ns.lbaf[ns.flbas & 0xf].ds;
+  // NLB is 16 bits: a command moves at most 65536 LBAs, whatever MDTS allows.
+  c.max_bytes = static_cast<uint32_t>(std::min<uint64_t>(c.max_bytes, uint64_t{65536} * c.lba_bytes));
   c.lbas = ns.nsze;
   if (!c.lbas)
     fail(TUTTI_EUNSUPPORTED, "tutti_kmod: namespace " + std::to_string(nsid) + " is not attached to controller " +
@@ -153,7 +155,10 @@ uint16_t QueuePair::submit(Sqe cmd) {
   cmd.cdw[0] = (cmd.cdw[0] & 0xffff) | (uint32_t{cid} << 16);
   std::memcpy(static_cast<std::byte*>(regions_[TUTTI_QP_SQ]) + size_t{sq_tail_} * 64, &cmd, 64);
   sq_tail_ = (sq_tail_ + 1) % depth_;
-  std::atomic_thread_fence(std::memory_order_release);  // the entry before the doorbell
+  // The entry before the doorbell. On x86-64 (the only target tutti packages) stores reach
+  // memory in order and the doorbell is an uncached store; a weaker architecture would need
+  // a barrier that orders memory against the device.
+  std::atomic_thread_fence(std::memory_order_release);
   *sq_doorbell_ = sq_tail_;
   return cid;
 }

@@ -127,7 +127,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   // Measured loading Llama-3-8B KV from /dev/shm: on 2 cores (16K tokens) posix 8.9 and
   // 13.4 GB/s, uring 7.3 and 6.2 with twice the CPU; on the H200 machine (32K tokens, into
   // HBM) posix 36.7, uring 26.5. So auto takes posix for such pools.
-  if (cfg_.backend == "auto")
+  if (cfg_.backend == "auto" && !passthru && !nvme)
     for (size_t i = 0; i < pool->files(); ++i)
       if (!pool->file(i).direct || pool->file(i).in_memory) resolved = "posix";
   // gpu-uring drives loads; stores take the CPU producer, which checksums as it writes.

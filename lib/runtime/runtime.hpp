@@ -53,6 +53,7 @@ class Runtime {
   Staging& staging() { return *staging_; }  // only when !direct()
   // cufile loads have a backend and a staging (in HBM) of their own.
   Backend& backend_for(bool load) { return load && load_backend_ ? *load_backend_ : *backend_; }
+  DramTier* tier() const { return tier_.get(); }  // null without one
   Staging& staging_for(bool load) { return load && load_staging_ ? *load_staging_ : *staging_; }
   Scheduler& scheduler() { return *scheduler_; }
   Counters& counters() { return counters_; }

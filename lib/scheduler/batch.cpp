@@ -98,6 +98,7 @@ void LayerOp::complete(int64_t res) {
     if (b.rt_->config().verify && hi - lo == kv.shape().layer_bytes() &&
         XXH3_64bits(stage.data, hi - lo) != b.rt_->index().layer_sums(it.slot)[layer]) {
       res = -EBADMSG;
+      if (DramTier* tier = b.rt_->tier()) tier->drop(*this);  // the next load rereads the pool
     } else if (!kv.on_device()) {
       kv.scatter(layer, it.blocks, lo, hi, stage.data);
     } else if (b.per_block_) {
@@ -619,7 +620,13 @@ void Batch::layer_done(uint32_t layer) {
     const KvBinding& kv = rt_->binding();
     for (Item& it : items_) {
       if (it.error.load()) continue;
-      if (extent_checksum(kv, layer, it.blocks) != rt_->index().layer_sums(it.slot)[layer]) fail_item(it, TUTTI_ECORRUPT);
+      if (extent_checksum(kv, layer, it.blocks) != rt_->index().layer_sums(it.slot)[layer]) {
+        fail_item(it, TUTTI_ECORRUPT);
+        if (DramTier* tier = rt_->tier()) {  // the next load rereads the pool
+          const Extent e = rt_->pool().geometry().layer_extent(it.slot, layer);
+          tier->drop(e.file, e.offset, e.length);
+        }
+      }
     }
   }
   if (epoch_) rt_->device()->mark_ready(layer, epoch_);  // stream waits may go on

@@ -176,6 +176,18 @@ void test_bad_requests(const nv::Lease& lease, const nv::ControllerInfo& ci) {
   check(::mmap(nullptr, 4096, PROT_READ, MAP_SHARED, fd, 999 * TUTTI_QP_REGIONS * 4096) == MAP_FAILED && errno == ENOENT,
         "mapping a queue pair it does not hold: ENOENT");
 
+  q.size = sizeof q;
+  q.ctrl = 0;
+  q.depth = 8;
+  check(::ioctl(fd, TUTTI_IOC_CREATE_QP, &q) == 0, "a queue pair made by hand");
+  void* sqmap = ::mmap(nullptr, q.region_bytes[TUTTI_QP_SQ], PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                       static_cast<off_t>(q.token * TUTTI_QP_REGIONS * 4096));
+  check(sqmap != MAP_FAILED, "its submission queue mapped");
+  check(::ioctl(fd, TUTTI_IOC_DELETE_QP, &q.token) == -1 && errno == EBUSY,
+        "deleting a queue pair whose memory is still mapped: EBUSY");
+  if (sqmap != MAP_FAILED) ::munmap(sqmap, q.region_bytes[TUTTI_QP_SQ]);
+  check(::ioctl(fd, TUTTI_IOC_DELETE_QP, &q.token) == 0, "unmapped, it can be deleted");
+
   tutti_dma_map m{};
   m.size = sizeof m;
   m.dmabuf_fd = -1;

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Builds tutti's packages with CPack from a build directory and checks what they hold: the
+# .deb files (always) and the .rpm files (where rpmbuild exists). The runtime and dev packages
+# are unpacked into a scratch root, and a C program is compiled against them with pkg-config
+# and run: the packages are usable, not just present.
+#   tests/packaging/check.sh BUILD_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+src=$(cd "$(dirname "$0")/../.." && pwd)
+out=$build/packages
+rm -rf "$out" && mkdir -p "$out"
+fail() { echo "FAIL $*"; exit 1; }
+
+(cd "$build" && cpack -G DEB -B "$out" >"$out/cpack-deb.log" 2>&1) || { tail -20 "$out/cpack-deb.log"; fail "cpack -G DEB"; }
+ver=$(sed -n 's/^project(tutti VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")
+major=${ver%%.*}
+for p in "libtutti${major}_${ver}_amd64.deb" "libtutti-dev_${ver}_amd64.deb" "tutti-kmod-dkms_${ver}_all.deb"; do
+  [ -f "$out/$p" ] || fail "no $p (made: $(cd "$out" && ls ./*.deb | tr '\n' ' '))"
+done
+echo "ok   debs: $(cd "$out" && ls ./*.deb | xargs -n1 basename | tr '\n' ' ')"
+has() {  # package, path
+  dpkg-deb -c "$out/$1" | grep -q " \./usr/$2\$" || fail "$1 lacks /usr/$2"
+}
+arch=$(gcc -print-multiarch)
+has "libtutti${major}_${ver}_amd64.deb" "lib/$arch/libtutti.so.$major"
+has "libtutti${major}_${ver}_amd64.deb" "bin/tutti"
+has "libtutti-dev_${ver}_amd64.deb" "include/tutti.h"
+has "libtutti-dev_${ver}_amd64.deb" "lib/$arch/pkgconfig/tutti.pc"
+has "libtutti-dev_${ver}_amd64.deb" "lib/$arch/cmake/tutti/tuttiConfig.cmake"
+has "tutti-kmod-dkms_${ver}_all.deb" "src/tutti-kmod-$ver/dkms.conf"
+has "tutti-kmod-dkms_${ver}_all.deb" "src/tutti-kmod-$ver/uapi/tutti_kmod.h"
+deps=$(dpkg-deb -f "$out/libtutti${major}_${ver}_amd64.deb" Depends)
+echo "$deps" | grep -q liburing || fail "libtutti$major does not depend on liburing: '$deps'"
+dpkg-deb -f "$out/libtutti-dev_${ver}_amd64.deb" Depends | grep -q "libtutti$major (= $ver)" || fail "libtutti-dev's Depends"
+dpkg-deb -f "$out/tutti-kmod-dkms_${ver}_all.deb" Depends | grep -q dkms || fail "tutti-kmod-dkms's Depends"
+echo "ok   contents and dependencies (libtutti$major: $deps)"
+
+# Unpacked into a scratch root, the packages build and run a program.
+root=$out/root
+for p in "$out"/libtutti*.deb; do dpkg-deb -x "$p" "$root"; done
+cat >"$out/hello.c" <<'C'
+#include <stdio.h>
+#include <tutti.h>
+int main(void) {
+  printf("%s\n", tutti_version_string());
+  return tutti_version_number() == TUTTI_VERSION_NUMBER ? 0 : 1;
+}
+C
+export PKG_CONFIG_SYSROOT_DIR=$root PKG_CONFIG_LIBDIR=$root/usr/lib/$arch/pkgconfig
+gcc -o "$out/hello" "$out/hello.c" $(pkg-config --cflags --libs tutti) || fail "compile against the packaged header and library"
+got=$(LD_LIBRARY_PATH=$root/usr/lib/$arch "$out/hello") || fail "run against the packaged library"
+[ "$got" = "$ver" ] || fail "the packaged library says version '$got', not $ver"
+LD_LIBRARY_PATH=$root/usr/lib/$arch "$root/usr/bin/tutti" --version | grep -q "$ver" || fail "packaged tutti --version"
+echo "ok   a program built with pkg-config against the unpacked packages runs: $got"
+
+if command -v rpmbuild >/dev/null; then
+  (cd "$build" && cpack -G RPM -B "$out" >"$out/cpack-rpm.log" 2>&1) || { tail -20 "$out/cpack-rpm.log"; fail "cpack -G RPM"; }
+  for p in libtutti libtutti-devel tutti-kmod-dkms; do
+    f=$(ls "$out"/$p-"$ver"-*.rpm 2>/dev/null | head -1)
+    [ -n "$f" ] || fail "no $p rpm"
+  done
+  rpm -qlp "$out"/libtutti-"$ver"-*.rpm 2>/dev/null | grep -q "/usr/bin/tutti" || fail "libtutti rpm lacks /usr/bin/tutti"
+  rpm -qlp "$out"/libtutti-devel-"$ver"-*.rpm 2>/dev/null | grep -q "/usr/include/tutti.h" || fail "libtutti-devel rpm lacks tutti.h"
+  rpm -qlp "$out"/tutti-kmod-dkms-"$ver"-*.rpm 2>/dev/null | grep -q "dkms.conf" || fail "tutti-kmod-dkms rpm lacks dkms.conf"
+  echo "ok   rpms: $(cd "$out" && ls ./*.rpm | xargs -n1 basename | tr '\n' ' ')"
+else
+  echo "skip rpmbuild is not installed here: no RPMs (Debian: apt-get install rpm)"
+fi
+echo "PASS"
