@@ -10,5 +10,7 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/tuttiConfig.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/tuttiConfigVersion.cmake COMPATIBILITY SameMajorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/tuttiConfig.cmake ${PROJECT_BINARY_DIR}/tuttiConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tutti COMPONENT dev)
+file(RELATIVE_PATH TUTTI_PC_TO_PREFIX /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)  # "../.." for lib
+string(REGEX REPLACE "/$" "" TUTTI_PC_TO_PREFIX "${TUTTI_PC_TO_PREFIX}")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/tutti.pc.in ${PROJECT_BINARY_DIR}/tutti.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/tutti.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)

@@ -17,6 +17,7 @@ set(CPACK_PACKAGE_CONTACT "tutti developers <tutti@localhost>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "${PROJECT_DESCRIPTION}")
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_STRIP_FILES ON)  # debug info stays in the build tree
 set(CPACK_COMPONENTS_ALL runtime dev kmod)
 set(CPACK_COMPONENT_RUNTIME_DESCRIPTION "tutti: SSD-backed KV cache runtime (library and tool)")
 set(CPACK_COMPONENT_DEV_DESCRIPTION "tutti: C header, pkg-config and CMake files")

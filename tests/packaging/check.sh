@@ -19,14 +19,15 @@ for p in "libtutti${major}_${ver}_amd64.deb" "libtutti-dev_${ver}_amd64.deb" "tu
 done
 echo "ok   debs: $(cd "$out" && ls ./*.deb | xargs -n1 basename | tr '\n' ' ')"
 has() {  # package, path
-  dpkg-deb -c "$out/$1" | grep -q " \./usr/$2\$" || fail "$1 lacks /usr/$2"
+  dpkg-deb -c "$out/$1" >"$out/$1.list"
+  grep -qE " \./usr/$2( -> .*)?\$" "$out/$1.list" || fail "$1 lacks /usr/$2"
 }
-arch=$(gcc -print-multiarch)
-has "libtutti${major}_${ver}_amd64.deb" "lib/$arch/libtutti.so.$major"
+libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$build/CMakeCache.txt")  # lib, or lib/<multiarch>
+has "libtutti${major}_${ver}_amd64.deb" "$libdir/libtutti.so.$major"
 has "libtutti${major}_${ver}_amd64.deb" "bin/tutti"
 has "libtutti-dev_${ver}_amd64.deb" "include/tutti.h"
-has "libtutti-dev_${ver}_amd64.deb" "lib/$arch/pkgconfig/tutti.pc"
-has "libtutti-dev_${ver}_amd64.deb" "lib/$arch/cmake/tutti/tuttiConfig.cmake"
+has "libtutti-dev_${ver}_amd64.deb" "$libdir/pkgconfig/tutti.pc"
+has "libtutti-dev_${ver}_amd64.deb" "$libdir/cmake/tutti/tuttiConfig.cmake"
 has "tutti-kmod-dkms_${ver}_all.deb" "src/tutti-kmod-$ver/dkms.conf"
 has "tutti-kmod-dkms_${ver}_all.deb" "src/tutti-kmod-$ver/uapi/tutti_kmod.h"
 deps=$(dpkg-deb -f "$out/libtutti${major}_${ver}_amd64.deb" Depends)
@@ -46,11 +47,11 @@ int main(void) {
   return tutti_version_number() == TUTTI_VERSION_NUMBER ? 0 : 1;
 }
 C
-export PKG_CONFIG_SYSROOT_DIR=$root PKG_CONFIG_LIBDIR=$root/usr/lib/$arch/pkgconfig
+export PKG_CONFIG_LIBDIR=$root/usr/$libdir/pkgconfig  # tutti.pc finds its prefix from where it lies
 gcc -o "$out/hello" "$out/hello.c" $(pkg-config --cflags --libs tutti) || fail "compile against the packaged header and library"
-got=$(LD_LIBRARY_PATH=$root/usr/lib/$arch "$out/hello") || fail "run against the packaged library"
+got=$(LD_LIBRARY_PATH=$root/usr/$libdir "$out/hello") || fail "run against the packaged library"
 [ "$got" = "$ver" ] || fail "the packaged library says version '$got', not $ver"
-LD_LIBRARY_PATH=$root/usr/lib/$arch "$root/usr/bin/tutti" --version | grep -q "$ver" || fail "packaged tutti --version"
+LD_LIBRARY_PATH=$root/usr/$libdir "$root/usr/bin/tutti" --version | grep -q "$ver" || fail "packaged tutti --version"
 echo "ok   a program built with pkg-config against the unpacked packages runs: $got"
 
 if command -v rpmbuild >/dev/null; then
@@ -59,9 +60,14 @@ if command -v rpmbuild >/dev/null; then
     f=$(ls "$out"/$p-"$ver"-*.rpm 2>/dev/null | head -1)
     [ -n "$f" ] || fail "no $p rpm"
   done
-  rpm -qlp "$out"/libtutti-"$ver"-*.rpm 2>/dev/null | grep -q "/usr/bin/tutti" || fail "libtutti rpm lacks /usr/bin/tutti"
-  rpm -qlp "$out"/libtutti-devel-"$ver"-*.rpm 2>/dev/null | grep -q "/usr/include/tutti.h" || fail "libtutti-devel rpm lacks tutti.h"
-  rpm -qlp "$out"/tutti-kmod-dkms-"$ver"-*.rpm 2>/dev/null | grep -q "dkms.conf" || fail "tutti-kmod-dkms rpm lacks dkms.conf"
+  rpmhas() {  # package, path
+    rpm -qlp "$out/$1"-"$ver"-*.rpm >"$out/$1.rpmlist" 2>/dev/null
+    grep -q "$2" "$out/$1.rpmlist" || fail "$1 rpm lacks $2"
+  }
+  rpmhas libtutti /usr/bin/tutti
+  rpmhas libtutti "libtutti.so.$major"
+  rpmhas libtutti-devel /usr/include/tutti.h
+  rpmhas tutti-kmod-dkms dkms.conf
   echo "ok   rpms: $(cd "$out" && ls ./*.rpm | xargs -n1 basename | tr '\n' ' ')"
 else
   echo "skip rpmbuild is not installed here: no RPMs (Debian: apt-get install rpm)"
