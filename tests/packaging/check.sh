@@ -54,6 +54,19 @@ got=$(LD_LIBRARY_PATH=$root/usr/$libdir "$out/hello") || fail "run against the p
 LD_LIBRARY_PATH=$root/usr/$libdir "$root/usr/bin/tutti" --version | grep -q "$ver" || fail "packaged tutti --version"
 echo "ok   a program built with pkg-config against the unpacked packages runs: $got"
 
+# The DKMS source package is complete: its sources build the module the way dkms.conf says.
+kver=$(ls /lib/modules 2>/dev/null | sort -V | tail -1)
+if [ -n "$kver" ] && [ -d "/lib/modules/$kver/build" ]; then
+  dpkg-deb -x "$out/tutti-kmod-dkms_${ver}_all.deb" "$out/kmod-root"
+  ksrc=$out/kmod-root/usr/src/tutti-kmod-$ver
+  make -s -C "/lib/modules/$kver/build" M="$ksrc" modules 2>&1 | grep -v "Skipping BTF" || true
+  [ -f "$ksrc/tutti_kmod.ko" ] || fail "the packaged module source does not build against $kver"
+  grep -q 'BUILT_MODULE_NAME\[0\]="tutti_kmod"' "$ksrc/dkms.conf" || fail "dkms.conf names another module"
+  echo "ok   the packaged module source builds against $kver, as dkms.conf does it"
+else
+  echo "skip no kernel headers here: the packaged module source is not built"
+fi
+
 if command -v rpmbuild >/dev/null; then
   (cd "$build" && cpack -G RPM -B "$out" >"$out/cpack-rpm.log" 2>&1) || { tail -20 "$out/cpack-rpm.log"; fail "cpack -G RPM"; }
   for p in libtutti libtutti-devel tutti-kmod-dkms; do
