@@ -95,6 +95,7 @@ DmaMemory::DmaMemory(const Lease& lease, uint32_t ctrl, int dmabuf_fd, size_t by
 }
 
 DmaMemory::~DmaMemory() {
+  if (lease_fd_ < 0) return;  // not ours to unmap
   ::ioctl(lease_fd_, TUTTI_IOC_UNMAP_DMA, &map_);
   if (pin_) ::ioctl(lease_fd_, TUTTI_IOC_UNPIN, &pin_);
 }

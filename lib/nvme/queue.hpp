@@ -48,6 +48,9 @@ class DmaMemory {
   DmaMemory(const Lease& lease, uint32_t ctrl, void* addr, size_t bytes);
   // A dma-buf (on real hardware, GPU memory exported by its driver).
   DmaMemory(const Lease& lease, uint32_t ctrl, int dmabuf_fd, size_t bytes);
+  // Memory whose pages someone else mapped: the bus address of each page (command planning
+  // without a controller, as the unit tests do).
+  explicit DmaMemory(std::vector<uint64_t> bus_pages) : lease_fd_(-1), pages_(std::move(bus_pages)) {}
   ~DmaMemory();
   DmaMemory(const DmaMemory&) = delete;
   DmaMemory& operator=(const DmaMemory&) = delete;
