@@ -59,6 +59,18 @@ struct tutti_lease {
 	struct file *file;     /* its mappings are zapped if a controller goes away */
 };
 
+/* The entry of a lease's `list` of `type` whose `field` is `value`, or NULL; under lease->lock. */
+#define tutti_find(list, type, field, value)               \
+	({                                                 \
+		type *e_, *found_ = NULL;                  \
+		list_for_each_entry(e_, list, node)        \
+			if (e_->field == (value)) {        \
+				found_ = e_;               \
+				break;                     \
+			}                                  \
+		found_;                                    \
+	})
+
 static LIST_HEAD(tutti_leases);
 static DEFINE_MUTEX(tutti_leases_lock);
 static atomic_long_t tutti_pinned_pages = ATOMIC_LONG_INIT(0);
@@ -235,18 +247,13 @@ static long tutti_pin(struct tutti_lease *lease, void __user *arg)
 
 static long tutti_unpin_handle(struct tutti_lease *lease, void __user *arg)
 {
-	struct tutti_pinned *p, *found = NULL;
+	struct tutti_pinned *found;
 	u64 handle;
 
 	if (copy_from_user(&handle, arg, sizeof(handle)))
 		return -EFAULT;
 	mutex_lock(&lease->lock);
-	list_for_each_entry(p, &lease->pinned, node) {
-		if (p->handle == handle) {
-			found = p;
-			break;
-		}
-	}
+	found = tutti_find(&lease->pinned, struct tutti_pinned, handle, handle);
 	if (found && found->maps) {
 		mutex_unlock(&lease->lock);
 		return -EBUSY; /* still DMA-mapped for a controller */
@@ -323,18 +330,13 @@ static long tutti_create_qp(struct tutti_lease *lease, void __user *arg)
 
 static long tutti_delete_qp(struct tutti_lease *lease, void __user *arg)
 {
-	struct tutti_qp_mem *q, *found = NULL;
+	struct tutti_qp_mem *found;
 	u64 token;
 
 	if (copy_from_user(&token, arg, sizeof(token)))
 		return -EFAULT;
 	mutex_lock(&lease->lock);
-	list_for_each_entry(q, &lease->qps, node) {
-		if (q->token == token) {
-			found = q;
-			break;
-		}
-	}
+	found = tutti_find(&lease->qps, struct tutti_qp_mem, token, token);
 	/* Mapped queue memory must not be freed under the mapping: munmap first. */
 	if (found && atomic_read(&found->mappings)) {
 		mutex_unlock(&lease->lock);
@@ -396,7 +398,7 @@ static long tutti_iovas(struct device *dev, struct sg_table *sgt, u64 **out, u64
 static long tutti_map_dma(struct tutti_lease *lease, void __user *arg)
 {
 	struct tutti_dma_map req;
-	struct tutti_pinned *p = NULL, *it;
+	struct tutti_pinned *p = NULL;
 	struct tutti_map *m;
 	struct sg_table *sgt;
 	struct device *dev;
@@ -419,9 +421,7 @@ static long tutti_map_dma(struct tutti_lease *lease, void __user *arg)
 	if (req.dmabuf_fd < 0) {
 		/* The range stays pinned while mapped: UNPIN refuses it once maps is raised. */
 		mutex_lock(&lease->lock);
-		list_for_each_entry(it, &lease->pinned, node)
-			if (it->handle == req.pinned)
-				p = it;
+		p = tutti_find(&lease->pinned, struct tutti_pinned, handle, req.pinned);
 		if (p)
 			p->maps++;
 		mutex_unlock(&lease->lock);
@@ -494,21 +494,17 @@ out_free:
 
 static long tutti_unmap_dma(struct tutti_lease *lease, void __user *arg)
 {
-	struct tutti_map *m, *found = NULL;
+	struct tutti_map *found;
 	u64 handle;
 
 	if (copy_from_user(&handle, arg, sizeof(handle)))
 		return -EFAULT;
 	mutex_lock(&lease->lock);
-	list_for_each_entry(m, &lease->maps, node) {
-		if (m->handle == handle) {
-			found = m;
-			list_del(&m->node);
-			break;
-		}
-	}
-	if (found)
+	found = tutti_find(&lease->maps, struct tutti_map, handle, handle);
+	if (found) {
+		list_del(&found->node);
 		tutti_unmap(found); /* under the lock: it changes the pinned range's count */
+	} /* under the lock: it changes the pinned range's count */
 	mutex_unlock(&lease->lock);
 	return found ? 0 : -ENOENT;
 }
@@ -519,15 +515,13 @@ static int tutti_mmap(struct file *file, struct vm_area_struct *vma)
 	struct tutti_lease *lease = file->private_data;
 	u64 token = vma->vm_pgoff / TUTTI_QP_REGIONS;
 	unsigned int region = vma->vm_pgoff % TUTTI_QP_REGIONS;
-	struct tutti_qp_mem *q, *found = NULL;
+	struct tutti_qp_mem *found;
 	int ret;
 
 	if (!(vma->vm_flags & VM_SHARED))
 		return -EINVAL;
 	mutex_lock(&lease->lock);
-	list_for_each_entry(q, &lease->qps, node)
-		if (q->token == token)
-			found = q;
+	found = tutti_find(&lease->qps, struct tutti_qp_mem, token, token);
 	ret = found ? tutti_qp_mmap(found, region, vma) : -ENOENT;
 	mutex_unlock(&lease->lock);
 	return ret;

@@ -25,7 +25,7 @@ Plan plan(const ControllerInfo& ci, const std::vector<FileExtent>& extents, cons
   const bool sgl = dp == DataPointer::kSgl;
   size_t pi = 0, ei = 0;
   uint64_t po = 0, eo = 0;
-  std::vector<Segment> segs, trial;
+  std::vector<Segment> segs;  // the current command's
   while (pi < pieces.size() && ei < extents.size()) {
     const uint64_t limit = std::min<uint64_t>(ci.max_bytes, extents[ei].length - eo);
     segs.clear();
@@ -33,11 +33,19 @@ Plan plan(const ControllerInfo& ci, const std::vector<FileExtent>& extents, cons
     while (take < limit && pi < pieces.size()) {
       const Piece& p = pieces[pi];
       const uint64_t n = std::min(p.len - po, limit - take);
+      // Tries `len` bytes of the piece on the command's segments; undo() takes them off again
+      // (the first may have merged into the last segment).
+      const size_t kept = segs.size();
+      const uint32_t kept_len = kept ? segs.back().len : 0;
+      auto undo = [&] {
+        segs.resize(kept);
+        if (kept) segs.back().len = kept_len;
+      };
       auto fits = [&](uint64_t len) {
-        trial = segs;
-        p.mem->segments(p.offset + po, len, trial);
-        const auto k = static_cast<uint32_t>(trial.size());
-        return sgl ? k <= kMaxSgl : prp_ok(trial.data(), k, kPage) && prp_entries(trial.data(), k, kPage) <= kMaxPrp;
+        undo();
+        p.mem->segments(p.offset + po, len, segs);
+        const auto k = static_cast<uint32_t>(segs.size());
+        return sgl ? k <= kMaxSgl : prp_ok(segs.data(), k, kPage) && prp_entries(segs.data(), k, kPage) <= kMaxPrp;
       };
       uint64_t m = n;
       if (!fits(m)) {
@@ -53,11 +61,13 @@ Plan plan(const ControllerInfo& ci, const std::vector<FileExtent>& extents, cons
           else
             hi = mid - 1;
         }
-        if (lo < first) break;  // nothing more fits: the command ends here
+        if (lo < first) {  // nothing more fits: the command ends here
+          undo();
+          break;
+        }
         m = r + static_cast<uint64_t>(lo) * lba;
-        fits(m);  // leaves its segments in `trial`
+        fits(m);  // leaves its segments on the command
       }
-      segs.swap(trial);
       take += m, po += m;
       if (po == p.len) ++pi, po = 0;
       if (m < n) break;

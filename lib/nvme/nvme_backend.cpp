@@ -1,7 +1,5 @@
 #include "nvme/nvme_backend.hpp"
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <condition_variable>
 #include <map>
@@ -160,28 +158,19 @@ std::unique_ptr<Backend> make_nvme_backend(const BackendConfig& cfg) {
   return make_thread_backend(cfg, "nvme", what, [s](IoOp& op) -> int64_t {
     if (op.write) return -EINVAL;  // loads only
     std::unique_ptr<nvme::QueuePair> qp;
-    try {
-      qp = s->take_queue();
+    try {  // the thread pool hands each op over whole (op.done is 0)
       const nvme::Namespace& ns = s->spaces[op.file];
-      auto extents = nvme::file_extents(s->fds[op.file], op.offset + op.done, op.length - op.done);
+      auto extents = nvme::file_extents(s->fds[op.file], op.offset, op.length);
       for (auto& e : extents) e.physical += ns.partition;
       std::vector<nvme::Piece> pieces;
-      if (op.buf) {
-        s->pieces(op.buf + op.done, op.length - op.done, pieces);
-      } else {
-        uint64_t skip = op.done;
-        for (int i = 0; i < op.iovcnt; ++i) {
-          const auto* base = static_cast<const std::byte*>(op.iov[i].iov_base);
-          const uint64_t len = op.iov[i].iov_len;
-          if (skip >= len) {
-            skip -= len;
-            continue;
-          }
-          s->pieces(base + skip, len - skip, pieces);
-          skip = 0;
-        }
-      }
-      const nvme::IoCounts c = nvme::read(*qp, s->info[op.file], ns.nsid, extents, pieces, s->dp);
+      if (op.buf)
+        s->pieces(op.buf, op.length, pieces);
+      else
+        for (int i = 0; i < op.iovcnt; ++i)
+          s->pieces(static_cast<const std::byte*>(op.iov[i].iov_base), op.iov[i].iov_len, pieces);
+      const nvme::Plan plan = nvme::plan(s->info[op.file], extents, pieces, s->dp);
+      qp = s->take_queue();  // held only while its commands are in flight
+      const nvme::IoCounts c = nvme::read(*qp, ns.nsid, plan);
       s->give_back(std::move(qp));
       return c.status ? -EIO : static_cast<int64_t>(op.length);
     } catch (const Error& e) {

@@ -98,7 +98,7 @@ void LayerOp::complete(int64_t res) {
     if (b.rt_->config().verify && hi - lo == kv.shape().layer_bytes() &&
         XXH3_64bits(stage.data, hi - lo) != b.rt_->index().layer_sums(it.slot)[layer]) {
       res = -EBADMSG;
-      if (DramTier* tier = b.rt_->tier()) tier->drop(*this);  // the next load rereads the pool
+      b.forget_cached(it, layer);
     } else if (!kv.on_device()) {
       kv.scatter(layer, it.blocks, lo, hi, stage.data);
     } else if (b.per_block_) {
@@ -399,6 +399,15 @@ void Batch::on_landed(void* arg) {
   (b->*F)(layer);
 }
 
+// A chunk-layer whose bytes failed their checksum: the DRAM tier must not serve it again; the
+// next load rereads the pool.
+void Batch::forget_cached(const Item& it, uint32_t layer) {
+  if (DramTier* tier = rt_->tier()) {
+    const Extent e = rt_->pool().geometry().layer_extent(it.slot, layer);
+    tier->drop(e.file, e.offset, e.length);
+  }
+}
+
 void Batch::fail_item(Item& it, int code) {
   int expected = 0;
   it.error.compare_exchange_strong(expected, code);  // the first error stays
@@ -622,10 +631,7 @@ void Batch::layer_done(uint32_t layer) {
       if (it.error.load()) continue;
       if (extent_checksum(kv, layer, it.blocks) != rt_->index().layer_sums(it.slot)[layer]) {
         fail_item(it, TUTTI_ECORRUPT);
-        if (DramTier* tier = rt_->tier()) {  // the next load rereads the pool
-          const Extent e = rt_->pool().geometry().layer_extent(it.slot, layer);
-          tier->drop(e.file, e.offset, e.length);
-        }
+        forget_cached(it, layer);
       }
     }
   }

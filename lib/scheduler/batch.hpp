@@ -91,6 +91,7 @@ class Batch {
   void staged_layer_landed(uint32_t layer);
   void land(uint32_t layer, const int32_t* status, bool errnos);
   static void fail_item(Item& it, int code);  // the first error of a chunk stays
+  void forget_cached(const Item& it, uint32_t layer);  // bytes that failed their checksum
   void fail_all(int code);
   // CUDA host callbacks: on_landed<F> calls F(layer) for the Landed it was given.
   struct Landed;

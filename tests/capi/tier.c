@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "helpers.h"
 
@@ -28,9 +29,7 @@ static void test_hits(void** state) {
       TH_OK(th_kv_create(&kv, &spec));
       char dir[1100];
       snprintf(dir, sizeof dir, "%s/%s-%d", env->dir, kBackends[b], direct);
-      char cmd[1200];
-      snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-      TH_EQ(system(cmd), 0);
+      TH_EQ(mkdir(dir, 0700), 0);
       const char* extra[] = {"backend", kBackends[b], "dram_tier", "16M", "direct_to_blocks", direct ? "on" : "off", NULL};
       tutti_runtime* rt = NULL;
       TH_OK(th_open(&rt, dir, "64M", 64, extra, kv));
