@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "binding/kv_binding.hpp"
+#include "common/checksum.hpp"
 #include "common/error.hpp"
 #include "common/fd.hpp"
 #include "common/units.hpp"
@@ -785,7 +786,7 @@ int cmd_fsck(int argc, char** argv) {
       tutti::Extent e = g.layer_extent(r.slot, l);
       const auto& f = pool->file(e.file);
       ssize_t n = ::pread(f.fd.get(), buf.data(), e.length, static_cast<off_t>(e.offset));
-      if (n != static_cast<ssize_t>(e.length) || tutti::checksum64(buf.data(), e.length) != r.layer_sums[l]) {
+      if (n != static_cast<ssize_t>(e.length) || tutti::layer_sum(buf.data(), e.length) != r.layer_sums[l]) {
         std::printf("  slot %" PRIu64 ": layer %u fails its checksum\n", r.slot, l);
         bad.push_back(r.slot);
         break;

@@ -9,9 +9,118 @@
 #include "common/error.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device.hpp"
+#include "kernels/layer_sum.hpp"
 
 namespace tutti::gpu {
 namespace {
+
+__constant__ sum::Secret kSecret = sum::make_secret();
+constexpr uint32_t kKeys = sum::kSecretBytes - 7;  // a 64-bit key at every byte offset
+
+// 16 bytes of a chunk-layer object at offset `o` (a multiple of 16) read from the blocks, as
+// the extent lies on disk: the padding after K and after V reads as zeros.
+template <bool kVec>
+__device__ uint4 object16(const CopyLayout& l, const char* k, const char* v, const int32_t* blocks, uint64_t o) {
+  const bool is_v = o >= l.v_offset;
+  const uint64_t off = is_v ? o - l.v_offset : o;
+  const char* base = is_v ? v : k;
+  uint4 z = make_uint4(0, 0, 0, 0);
+  if constexpr (kVec) {  // runs are whole 16-byte words
+    if (off >= l.kv_bytes) return z;
+    const uint64_t u = off / l.run_bytes;
+    return *reinterpret_cast<const uint4*>(base + run_offset(l, blocks, u) + (off - u * l.run_bytes));
+  } else {
+    uint8_t b[16];
+    for (int i = 0; i < 16; ++i) {
+      const uint64_t x = off + i;
+      const uint64_t u = x / l.run_bytes;
+      b[i] = x < l.kv_bytes ? static_cast<uint8_t>(base[run_offset(l, blocks, u) + (x - u * l.run_bytes)]) : 0;
+    }
+    memcpy(&z, b, 16);
+    return z;
+  }
+}
+
+__device__ uint64_t shfl_xor64(uint64_t x, int m) {
+  return (uint64_t(__shfl_xor_sync(~0u, uint32_t(x >> 32), m)) << 32) | __shfl_xor_sync(~0u, uint32_t(x), m);
+}
+
+// XXH3-64 of one 4 KiB page under tutti's secret (kernels/layer_sum.hpp), by a whole warp:
+// w[s] holds page bytes [s*512 + lane*16, +16), i.e. words 2q, 2q+1 (q = lane % 4) of stripe
+// s*8 + lane/4. A stripe's words feed accumulators independently and, within a 1 KiB block,
+// by plain addition, so each block is a sum over lanes before its scramble. Every lane
+// returns the hash.
+__device__ uint64_t warp_page_hash(const uint4 (&w)[8], unsigned lane, const uint64_t* keys) {
+  const unsigned q = lane & 3;
+  uint64_t init[8];
+  sum::init_acc(init);
+  uint64_t a0 = init[2 * q], a1 = init[2 * q + 1];
+  for (unsigned b = 0; b < 4; ++b) {
+    uint64_t v0 = 0, v1 = 0;
+    for (unsigned h = 0; h < 2; ++h) {
+      const unsigned s = 2 * b + h, g = s * 8 + lane / 4;
+      const uint64_t d0 = (uint64_t(w[s].y) << 32) | w[s].x, d1 = (uint64_t(w[s].w) << 32) | w[s].z;
+      // The page's last stripe is not part of block 3's 15; it counts once, under the tail.
+      const unsigned key = (g == 63 ? sum::kSecretBytes - 64 - 7 : (g % 16) * 8) + 16 * q;
+      v0 += sum::mul32(d0 ^ keys[key]) + d1;
+      v1 += sum::mul32(d1 ^ keys[key + 8]) + d0;
+    }
+    for (int m = 4; m < 32; m <<= 1) {
+      v0 += shfl_xor64(v0, m);
+      v1 += shfl_xor64(v1, m);
+    }
+    a0 += v0, a1 += v1;
+    if (b < 3) {
+      const unsigned key = sum::kSecretBytes - 64 + 16 * q;
+      a0 = (a0 ^ (a0 >> 47) ^ keys[key]) * sum::kPrime32_1;
+      a1 = (a1 ^ (a1 >> 47) ^ keys[key + 8]) * sum::kPrime32_1;
+    }
+  }
+  uint64_t t = sum::fold128(a0 ^ keys[11 + 16 * q], a1 ^ keys[11 + 16 * q + 8]);
+  t += shfl_xor64(t, 1);
+  t += shfl_xor64(t, 2);
+  return sum::avalanche(uint64_t{sum::kPageBytes} * sum::kPrime64_1 + t);
+}
+
+// Tests: the warp hash of n plain pages in device memory, out[i] for page i (one warp each).
+__global__ void page_hash_kernel(const uint4* pages, uint64_t* out) {
+  __shared__ uint64_t keys[kKeys];
+  for (unsigned i = threadIdx.x; i < kKeys; i += blockDim.x) keys[i] = sum::read64(kSecret.bytes + i);
+  __syncwarp();
+  uint4 w[8];
+  const uint4* page = pages + blockIdx.x * (sum::kPageBytes / 16);
+  for (unsigned s = 0; s < 8; ++s) w[s] = page[s * 32 + threadIdx.x];
+  const uint64_t h = warp_page_hash(w, threadIdx.x, keys);
+  if (threadIdx.x == 0) out[blockIdx.x] = h;
+}
+
+// One thread block per chunk: its warps hash the chunk-layer's pages where they landed, in the
+// blocks, and terms[chunk] receives the sum of the page terms (the CPU finishes and compares).
+// A chunk whose `status` is not 0 gets no term.
+template <bool kVec>
+__global__ void layer_terms(CopyLayout l, const char* k, const char* v, const ChunkCopy* chunks, const int32_t* ids,
+                            const int32_t* status, uint64_t* terms, uint64_t pages) {
+  __shared__ uint64_t keys[kKeys];
+  __shared__ uint64_t warp_terms[32];
+  for (unsigned i = threadIdx.x; i < kKeys; i += blockDim.x) keys[i] = sum::read64(kSecret.bytes + i);
+  __syncthreads();
+  if (status && status[blockIdx.x]) return;
+  const int32_t* blocks = ids + chunks[blockIdx.x].first_block;
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  uint64_t acc = 0;
+  for (uint64_t p = warp; p < pages; p += warps) {
+    uint4 w[8];
+    for (unsigned s = 0; s < 8; ++s) w[s] = object16<kVec>(l, k, v, blocks, p * sum::kPageBytes + s * 512 + lane * 16);
+    acc += sum::page_term(warp_page_hash(w, lane, keys), p);
+  }
+  if (lane == 0) warp_terms[warp] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint64_t t = 0;
+    for (unsigned i = 0; i < warps; ++i) t += warp_terms[i];
+    terms[blockIdx.x] = t;
+  }
+}
 
 // Grid: y = chunk, x * warps = runs of both sides. Each warp moves one run at a time, its lanes
 // striding 16 bytes (or 1 byte where the layout is not 16-byte aligned). A chunk whose
@@ -57,9 +166,20 @@ bool vec_ok(const CopyLayout& l, const void* k, const void* v) {
          a(reinterpret_cast<uintptr_t>(k)) && a(reinterpret_cast<uintptr_t>(v));
 }
 
+void launch_terms(cudaStream_t s, const CopyLayout& l, const char* k, const char* v, const ChunkCopy* chunks,
+                  size_t n, const int32_t* ids, const int32_t* status, uint64_t* terms) {
+  const uint64_t pages = 2 * l.v_offset / sum::kPageBytes;
+  if (vec_ok(l, k, v))
+    layer_terms<true><<<static_cast<unsigned>(n), 512, 0, s>>>(l, k, v, chunks, ids, status, terms, pages);
+  else
+    layer_terms<false><<<static_cast<unsigned>(n), 512, 0, s>>>(l, k, v, chunks, ids, status, terms, pages);
+  check(cudaGetLastError(), "checksum kernel launch");
+}
+
+// Copies a layer; loads with `terms` then checksum what landed, on the same stream.
 template <bool kToBlocks>
 void launch(cudaStream_t s, const CopyLayout& l, char* k, char* v, const ChunkCopy* chunks, size_t n,
-            const int32_t* ids, const int32_t* status = nullptr) {
+            const int32_t* ids, const int32_t* status = nullptr, uint64_t* terms = nullptr) {
   const unsigned threads = 256, warps = threads / 32;
   const uint64_t runs = 2 * (l.kv_bytes / l.run_bytes);
   const unsigned x = static_cast<unsigned>(std::min<uint64_t>((runs + warps - 1) / warps, 64));
@@ -69,6 +189,7 @@ void launch(cudaStream_t s, const CopyLayout& l, char* k, char* v, const ChunkCo
   else
     copy_layer<kToBlocks, false><<<grid, threads, 0, s>>>(l, k, v, chunks, ids, status);
   check(cudaGetLastError(), "copy kernel launch");
+  if (kToBlocks && terms) launch_terms(s, l, k, v, chunks, n, ids, status, terms);
 }
 
 }  // namespace
@@ -100,6 +221,8 @@ Device::Device(int ordinal) : ordinal_(ordinal) {
   check(cudaFuncGetAttributes(&a, copy_layer<false, true>), "load kernel");
   check(cudaFuncGetAttributes(&a, copy_layer<false, false>), "load kernel");
   check(cudaFuncGetAttributes(&a, wait_layer), "load kernel");
+  check(cudaFuncGetAttributes(&a, layer_terms<true>), "load kernel");
+  check(cudaFuncGetAttributes(&a, layer_terms<false>), "load kernel");
   cudaStream_t s;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   stream_ = s;
@@ -202,22 +325,40 @@ void Device::host_free(void* p) {
 }
 
 void Device::scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
-                     void (*done)(void*), void* arg, uint64_t status) {
+                     void (*done)(void*), void* arg, uint64_t status, uint64_t terms) {
   Guard g(ordinal_);
   auto s = static_cast<cudaStream_t>(stream_);
   if (n)
     launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), reinterpret_cast<const ChunkCopy*>(chunks), n,
-                 reinterpret_cast<const int32_t*>(ids), reinterpret_cast<const int32_t*>(status));
+                 reinterpret_cast<const int32_t*>(ids), reinterpret_cast<const int32_t*>(status),
+                 reinterpret_cast<uint64_t*>(terms));
   check(cudaLaunchHostFunc(s, done, arg), "cudaLaunchHostFunc");
 }
 
 void Device::scatter_on(void* stream, const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
-                        uint64_t status) {
+                        uint64_t status, uint64_t terms) {
   if (!n) return;
   Guard g(ordinal_);
   launch<true>(static_cast<cudaStream_t>(stream), l, static_cast<char*>(k), static_cast<char*>(v),
                reinterpret_cast<const ChunkCopy*>(chunks), n, reinterpret_cast<const int32_t*>(ids),
-               reinterpret_cast<const int32_t*>(status));
+               reinterpret_cast<const int32_t*>(status), reinterpret_cast<uint64_t*>(terms));
+}
+
+void Device::layer_terms_sync(const CopyLayout& l, const void* k, const void* v, uint64_t chunks, size_t n,
+                              uint64_t ids, uint64_t terms) {
+  if (!n) return;
+  Guard g(ordinal_);
+  launch_terms(cudaStreamPerThread, l, static_cast<const char*>(k), static_cast<const char*>(v),
+               reinterpret_cast<const ChunkCopy*>(chunks), n, reinterpret_cast<const int32_t*>(ids), nullptr,
+               reinterpret_cast<uint64_t*>(terms));
+  check(cudaStreamSynchronize(cudaStreamPerThread), "checksum kernel");
+}
+
+void Device::page_hashes(const void* pages, size_t n, uint64_t* out) {
+  Guard g(ordinal_);
+  page_hash_kernel<<<static_cast<unsigned>(n), 32, 0, cudaStreamPerThread>>>(static_cast<const uint4*>(pages), out);
+  check(cudaGetLastError(), "checksum kernel launch");
+  check(cudaStreamSynchronize(cudaStreamPerThread), "checksum kernel");
 }
 
 void Device::copy_sync(void* dst, const void* src, size_t bytes) {

@@ -58,11 +58,18 @@ class Device {
   // Staging -> blocks for `n` chunks of one layer, then done(arg) on a CUDA thread. One launch.
   // `chunks` and `ids` are device-visible addresses (host_alloc).
   // A chunk whose int32 in `status` (device-visible, optional) is not 0 is left alone.
+  // With `terms` (device-visible uint64_t[n], optional) a second kernel then checksums each
+  // chunk-layer where it landed: terms[i] is the sum of its page terms (kernels/layer_sum.hpp).
   void scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
-               void (*done)(void*), void* arg, uint64_t status = 0);
+               void (*done)(void*), void* arg, uint64_t status = 0, uint64_t terms = 0);
   // The same on a caller's stream, skipping chunks whose int32 `status` (device-visible) is not 0.
   void scatter_on(void* stream, const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
-                  uint64_t status);
+                  uint64_t status, uint64_t terms = 0);
+  // The checksum kernel alone, waited for: terms[i] for chunk i as the blocks hold it now.
+  void layer_terms_sync(const CopyLayout& l, const void* k, const void* v, uint64_t chunks, size_t n, uint64_t ids,
+                        uint64_t terms);
+  // Tests: the GPU's page hash of n 4 KiB pages in device memory (out: device-visible).
+  void page_hashes(const void* pages, size_t n, uint64_t* out);
   // One copy between host and device memory on the calling thread's own stream, waited for:
   // the per-block baseline's copy per block, as page-granular SSD tiers do it.
   void copy_sync(void* dst, const void* src, size_t bytes);

@@ -22,10 +22,17 @@ void Device::mark_ready(uint32_t, uint64_t) {}
 void Device::enqueue_wait(void*, uint32_t) { no_cuda(); }
 void* Device::host_alloc(size_t, uint64_t*) { no_cuda(); }
 void Device::host_free(void*) {}
-void Device::scatter(const CopyLayout&, void*, void*, uint64_t, size_t, uint64_t, void (*)(void*), void*, uint64_t) {
+void Device::scatter(const CopyLayout&, void*, void*, uint64_t, size_t, uint64_t, void (*)(void*), void*, uint64_t,
+                     uint64_t) {
   no_cuda();
 }
-void Device::scatter_on(void*, const CopyLayout&, void*, void*, uint64_t, size_t, uint64_t, uint64_t) { no_cuda(); }
+void Device::scatter_on(void*, const CopyLayout&, void*, void*, uint64_t, size_t, uint64_t, uint64_t, uint64_t) {
+  no_cuda();
+}
+void Device::layer_terms_sync(const CopyLayout&, const void*, const void*, uint64_t, size_t, uint64_t, uint64_t) {
+  no_cuda();
+}
+void Device::page_hashes(const void*, size_t, uint64_t*) { no_cuda(); }
 void Device::copy_sync(void*, const void*, size_t) { no_cuda(); }
 void Device::gather(const CopyLayout&, const void*, const void*, uint64_t, size_t, uint64_t) { no_cuda(); }
 void* alloc(int, size_t) { no_cuda(); }

@@ -200,7 +200,7 @@ void UringDriver::load_layer(uint32_t stream, const LayerLoad& a, void (*done)(v
     load_layer_io<<<1, 32 * nrings, 0, s>>>(reinterpret_cast<const DevRing*>(views_), nrings,
                                              static_cast<State*>(state_), stream, launched_[stream], a);
     check(cudaGetLastError(), "gpu-uring kernel launch");
-    dev_.scatter_on(s, a.layout, a.k, a.v, a.copies, a.n, a.ids, a.status);
+    dev_.scatter_on(s, a.layout, a.k, a.v, a.copies, a.n, a.ids, a.status, a.terms);
   }
   check(cudaLaunchHostFunc(s, done, arg), "cudaLaunchHostFunc");
 }

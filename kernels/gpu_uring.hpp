@@ -53,6 +53,7 @@ struct LayerLoad {
   uint64_t copies = 0;   // ChunkCopy[n]: the same buffers, for the scatter
   uint64_t ids = 0;      // block ids the ChunkCopys index
   uint64_t status = 0;   // int32_t[n]
+  uint64_t terms = 0;    // uint64_t[n], optional: checksum terms of what landed (Device::scatter)
   CopyLayout layout;
   void* k = nullptr;
   void* v = nullptr;

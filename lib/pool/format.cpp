@@ -63,6 +63,38 @@ constexpr size_t kRecordSumAt = 8 + 4 + 4;
 
 uint64_t checksum64(const void* data, size_t len) { return XXH3_64bits(data, len); }
 
+const char* describe(DecodeStatus s) {
+  switch (s) {
+    case DecodeStatus::kOk: return "valid";
+    case DecodeStatus::kBlank: return "blank";
+    case DecodeStatus::kBadMagic: return "no tutti magic";
+    case DecodeStatus::kBadChecksum: return "checksum mismatch (torn or damaged)";
+    case DecodeStatus::kBadVersion: return "another format version";
+    case DecodeStatus::kBadGeometry: return "impossible or inconsistent sizes";
+    case DecodeStatus::kForeign: return "belongs to another pool (uuid mismatch)";
+    case DecodeStatus::kMisplaced: return "written for another slot";
+  }
+  return "?";
+}
+
+uint32_t version_of(const uint8_t* in) {
+  if (std::memcmp(in, kSuperMagic, 8) != 0 && std::memcmp(in, kRecordMagic, 8) != 0) return 0;
+  uint32_t v;
+  std::memcpy(&v, in + 8, 4);
+  return v;
+}
+
+std::string shape_problem(const Shape& s) {
+  if (!s.layers || !s.heads || !s.head_dim || !s.elem_bytes || !s.chunk_tokens)
+    return "every dimension must be at least 1";
+  if (s.layers > kMaxLayers) return "at most " + std::to_string(kMaxLayers) + " layers";
+  // A slot must stay far below 2^64 bytes: 2^40 (1 TiB) per slot is beyond any model.
+  uint64_t b = s.head_dim;
+  for (uint64_t f : {uint64_t{s.elem_bytes}, uint64_t{s.heads}, uint64_t{s.chunk_tokens}, uint64_t{2}, uint64_t{s.layers}})
+    if (__builtin_mul_overflow(b, f, &b) || b > (uint64_t{1} << 40)) return "a chunk's KV would exceed 1 TiB";
+  return "";
+}
+
 std::string uuid_string(const Uuid& u) {
   char s[40];
   std::snprintf(s, sizeof s, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
@@ -118,8 +150,13 @@ DecodeStatus decode_superblock(const uint8_t* in, Superblock* sb) {
   uint64_t slot_bytes = r.get<uint64_t>();
   sb->slots_per_file = r.get<uint64_t>();
   sb->file_bytes = r.get<uint64_t>();
-  // Derived sizes are stored too, so a change in the layout rules is caught, not misread.
-  if (layer_bytes != sb->shape.layer_bytes() || slot_bytes != sb->shape.slot_bytes()) return DecodeStatus::kBadVersion;
+  // Nothing derived from a crafted shape may overflow; derived sizes are stored too, so a
+  // change in the layout rules is caught, not misread.
+  if (!shape_problem(sb->shape).empty()) return DecodeStatus::kBadGeometry;
+  if (layer_bytes != sb->shape.layer_bytes() || slot_bytes != sb->shape.slot_bytes()) return DecodeStatus::kBadGeometry;
+  if (sb->file_count == 0 || sb->file_index >= sb->file_count || sb->slots_per_file == 0 ||
+      sb->slots_per_file > kMaxSlotsPerFile || sb->file_bytes != Geometry::file_bytes_for(sb->shape, sb->slots_per_file))
+    return DecodeStatus::kBadGeometry;
   return DecodeStatus::kOk;
 }
 
@@ -153,12 +190,14 @@ DecodeStatus decode_record(const uint8_t* in, const Uuid& pool, uint64_t expect_
   uint32_t n = r.get<uint32_t>();
   uint64_t sum = r.get<uint64_t>();
   if (sum != block_sum(in, kRecordSumAt)) return DecodeStatus::kBadChecksum;
-  if (version != kFormatVersion || n != layers) return DecodeStatus::kBadVersion;
+  if (version != kFormatVersion) return DecodeStatus::kBadVersion;
+  if (n != layers) return DecodeStatus::kBadGeometry;
   Uuid u;
   r.bytes(u.data(), 16);
   rec->slot = r.get<uint64_t>();
   // A record of an older pool at this path, or one written for another slot, is not ours.
-  if (u != pool || rec->slot != expect_slot) return DecodeStatus::kBadMagic;
+  if (u != pool) return DecodeStatus::kForeign;
+  if (rec->slot != expect_slot) return DecodeStatus::kMisplaced;
   rec->generation = r.get<uint64_t>();
   rec->key.lo = r.get<uint64_t>();
   rec->key.hi = r.get<uint64_t>();

@@ -10,8 +10,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sys/sysmacros.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 
 #include "common/error.hpp"
@@ -41,6 +45,37 @@ void pwrite_full(const PoolFile& f, const void* buf, size_t len, uint64_t off) {
   }
 }
 
+// Whether the process holding a flock on (dev, ino) is alive, from /proc/locks. A runtime that
+// was just killed can hold its lock a moment longer (its io_uring rings, which reference the
+// files, are torn down asynchronously): only then is it worth waiting.
+bool lock_holder_alive(const struct stat& st) {
+  FILE* f = std::fopen("/proc/locks", "re");
+  if (!f) return true;
+  char line[256];
+  bool alive = false;
+  while (std::fgets(line, sizeof line, f)) {
+    int pid = 0;
+    unsigned maj = 0, min = 0;
+    unsigned long long ino = 0;
+    char kind[16] = {};
+    if (std::sscanf(line, "%*d: %15s %*s %*s %d %x:%x:%llu", kind, &pid, &maj, &min, &ino) != 5) continue;
+    if (std::strcmp(kind, "FLOCK") != 0 || ino != st.st_ino || makedev(maj, min) != st.st_dev) continue;
+    if (pid <= 0 || ::kill(pid, 0) == 0 || errno == EPERM) alive = true;
+  }
+  std::fclose(f);
+  return alive;
+}
+
+void lock_file(const PoolFile& f) {
+  for (int tries = 0; ::flock(f.fd.get(), LOCK_EX | LOCK_NB) != 0; ++tries) {
+    if (errno != EWOULDBLOCK) fail_errno(errno, "cannot lock pool file " + f.path);
+    struct stat st;
+    if (tries == 100 || ::fstat(f.fd.get(), &st) != 0 || lock_holder_alive(st))
+      fail(TUTTI_EBUSY, "pool file " + f.path + " is in use by another tutti runtime");
+    ::usleep(10000);
+  }
+}
+
 PoolFile open_file(const std::string& path, bool create) {
   PoolFile f;
   f.path = path;
@@ -54,13 +89,7 @@ PoolFile open_file(const std::string& path, bool create) {
   f.fd = Fd(fd);
   struct statfs fs;
   f.in_memory = ::fstatfs(fd, &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC);
-  // A runtime that just died may hold the lock a moment longer: its io_uring rings are torn
-  // down asynchronously. Give it a second before calling the pool busy.
-  for (int tries = 0; ::flock(fd, LOCK_EX | LOCK_NB) != 0; ++tries) {
-    if (errno != EWOULDBLOCK) fail_errno(errno, "cannot lock pool file " + path);
-    if (tries == 100) fail(TUTTI_EBUSY, "pool file " + path + " is in use by another tutti runtime");
-    ::usleep(10000);
-  }
+  lock_file(f);
   return f;
 }
 
@@ -80,10 +109,23 @@ bool is_block_device(const PoolFile& f) {
   return ::fstat(f.fd.get(), &st) == 0 && S_ISBLK(st.st_mode);
 }
 
-// Reads the superblock; kBlank for an empty (or all-zero) start of file.
-DecodeStatus read_superblock(const PoolFile& f, Superblock* sb) {
+// What the start of a pool path holds.
+struct Head {
+  DecodeStatus status = DecodeStatus::kBlank;
+  uint32_t version = 0;  // the format version it carries, if any
+  bool empty = false;    // a file of 0 bytes
+};
+
+// Reads the superblock. Only an empty file is blank; a file whose first 4 KiB are zero is
+// someone's data (or a pool that lost its superblock: fsck's business), except on a raw block
+// device, which the caller named as a whole.
+Head read_superblock(const PoolFile& f, Superblock* sb) {
+  Head h;
   const uint64_t size = file_size(f);
-  if (size == 0) return DecodeStatus::kBlank;
+  if (size == 0) {
+    h.empty = true;
+    return h;
+  }
   AlignedBuffer buf(Geometry::kSuperblockBytes);  // zero-filled past a short file's end
   if (size < Geometry::kSuperblockBytes) {
     // O_DIRECT cannot read a partial block: read through a second, buffered descriptor.
@@ -93,22 +135,41 @@ DecodeStatus read_superblock(const PoolFile& f, Superblock* sb) {
   } else {
     pread_full(f, buf.data(), Geometry::kSuperblockBytes, 0);
   }
-  return decode_superblock(reinterpret_cast<const uint8_t*>(buf.data()), sb);
+  const auto* in = reinterpret_cast<const uint8_t*>(buf.data());
+  h.status = decode_superblock(in, sb);
+  h.version = version_of(in);
+  if (h.status == DecodeStatus::kBlank && !is_block_device(f)) h.status = DecodeStatus::kBadMagic;
+  return h;
 }
 
-void check_superblock(DecodeStatus st, const std::string& path) {
-  switch (st) {
+void check_superblock(const Head& h, const std::string& path) {
+  switch (h.status) {
     case DecodeStatus::kOk:
       return;
     case DecodeStatus::kBadMagic:
-      fail(TUTTI_ECORRUPT, path + " is not a tutti pool (no pool magic); refusing to overwrite it");
+      fail(TUTTI_ECORRUPT, path + " is not a tutti pool (its first 4 KiB carry no pool superblock); "
+                           "tutti never overwrites such a file: give another path, or delete it");
     case DecodeStatus::kBadChecksum:
-      fail(TUTTI_ECORRUPT, path + ": pool superblock checksum mismatch");
+      fail(TUTTI_ECORRUPT, path + ": pool superblock checksum mismatch (damaged); see tutti fsck " + path);
     case DecodeStatus::kBadVersion:
-      fail(TUTTI_ECORRUPT, path + ": pool format version not supported by this tutti");
+      fail(TUTTI_ECORRUPT, path + ": pool format " + std::to_string(h.version) + ", but this tutti reads format " +
+                               std::to_string(kFormatVersion) +
+                               (h.version < kFormatVersion ? " (an older tutti made it; with create=1 it is made anew)"
+                                                           : " (a newer tutti made it)"));
+    case DecodeStatus::kBadGeometry:
+      fail(TUTTI_ECORRUPT, path + ": pool superblock has impossible or inconsistent sizes (damaged or crafted)");
     case DecodeStatus::kBlank:
-      fail(TUTTI_ECORRUPT, path + " is empty: not a tutti pool");
+      fail(TUTTI_ECORRUPT, path + " is blank (no superblock): not a tutti pool");
+    case DecodeStatus::kForeign:
+    case DecodeStatus::kMisplaced:
+      break;
   }
+  fail(TUTTI_EINTERNAL, path + ": unexpected superblock status");
+}
+
+// A pool of an older format is a cache tutti itself wrote: with create=1 it is made anew.
+bool replaceable(const Head& h) {
+  return h.status == DecodeStatus::kBadVersion && h.version != 0 && h.version < kFormatVersion;
 }
 
 }  // namespace
@@ -122,107 +183,132 @@ Pool::~Pool() {
 
 std::unique_ptr<Pool> Pool::open(const PoolOptions& opts, const Shape& shape) {
   TUTTI_EXPECT(!opts.uris.empty(), "no pool location given");
-  TUTTI_EXPECT(shape.layers > 0 && shape.layers <= kMaxLayers,
-               "num_layers must be 1.." + std::to_string(kMaxLayers));
+  const std::string bad_shape = shape_problem(shape);
+  TUTTI_EXPECT(bad_shape.empty(), "KV shape " + shape.describe() + ": " + bad_shape);
   std::unique_ptr<Pool> pool(new Pool());
   const size_t n = opts.uris.size();
-
-  // Which files are already pools, which are blank?
-  std::vector<Superblock> sbs(n);
-  std::vector<bool> blank(n);
-  size_t existing = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const std::string& path = opts.uris[i].path;
-    struct stat st;
-    bool exists = ::stat(path.c_str(), &st) == 0;
-    if (!exists && !opts.create) fail(TUTTI_EACCES, "pool file " + path + " does not exist (create=0)");
-    pool->files_.push_back(open_file(path, opts.create));
-    DecodeStatus status = read_superblock(pool->files_[i], &sbs[i]);
-    blank[i] = status == DecodeStatus::kBlank;
-    if (!blank[i]) {
-      check_superblock(status, path);
+  // Files this call creates are removed again, and files it found empty are emptied again, if
+  // the pool cannot be opened: a failed open leaves every path as it was.
+  std::vector<std::string> made;
+  std::vector<size_t> was_empty;
+  try {
+    std::vector<Superblock> sbs(n);
+    std::vector<Head> heads(n);
+    std::vector<std::pair<dev_t, ino_t>> ids;
+    size_t existing = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const std::string& path = opts.uris[i].path;
+      struct stat st;
+      const bool exists = ::stat(path.c_str(), &st) == 0;
+      if (!exists && !opts.create) fail(TUTTI_EACCES, "pool file " + path + " does not exist (create=0)");
+      if (exists) {
+        for (auto& [d, ino] : ids)
+          TUTTI_EXPECT(!(d == st.st_dev && ino == st.st_ino), "pool file " + path + " is given twice");
+        ids.emplace_back(st.st_dev, st.st_ino);
+      }
+      pool->files_.push_back(open_file(path, opts.create));
+      if (!exists) made.push_back(path);
+      heads[i] = read_superblock(pool->files_[i], &sbs[i]);
+      if (heads[i].empty && exists) was_empty.push_back(i);
+      if (heads[i].status == DecodeStatus::kBlank) continue;
+      if (opts.create && replaceable(heads[i])) {
+        heads[i].status = DecodeStatus::kBlank;
+        continue;
+      }
+      check_superblock(heads[i], path);
       ++existing;
     }
-  }
-
-  if (existing == 0) {
-    TUTTI_EXPECT_CODE(opts.create, TUTTI_EACCES, "pool is blank and create=0");
-    // New pool: every file gets the same number of slots.
-    size_t unsized = 0;
-    for (auto& u : opts.uris) unsized += u.size == 0;
-    uint64_t share = unsized ? opts.capacity / unsized : 0;
-    uint64_t spf = UINT64_MAX;
-    for (size_t i = 0; i < n; ++i) {
-      uint64_t want = opts.uris[i].size ? opts.uris[i].size : share;
-      if (is_block_device(pool->files_[i])) want = std::min<uint64_t>(want ? want : UINT64_MAX, file_size(pool->files_[i]));
-      spf = std::min(spf, Geometry::slots_for(shape, want));
+    if (existing == 0) {
+      TUTTI_EXPECT_CODE(opts.create, TUTTI_EACCES, "pool is blank and create=0");
+      pool->create(opts, shape);
+      return pool;
     }
-    if (spf == 0)
-      fail(TUTTI_EINVAL, "pool capacity is too small for one chunk: a slot of " + shape.describe() + " needs " +
-                             format_bytes(shape.slot_bytes() + Geometry::kRecordBytes) + " per file");
-    pool->geometry_ = Geometry(shape, static_cast<uint32_t>(n), spf);
-    if (::getrandom(pool->uuid_.data(), pool->uuid_.size(), 0) != static_cast<ssize_t>(pool->uuid_.size()))
-      fail_errno(errno, "getrandom");
-    const uint64_t bytes = Geometry::file_bytes_for(shape, spf);
-    for (size_t i = 0; i < n; ++i) {
-      PoolFile& f = pool->files_[i];
-      if (!is_block_device(f)) {
-        // Pre-allocate so later writes never hit ENOSPC and extents stay put; the record
-        // region reads back as zeros = every slot free.
-        int rc = ::posix_fallocate(f.fd.get(), 0, static_cast<off_t>(bytes));
-        if (rc != 0) {
-          if (::ftruncate(f.fd.get(), 0) != 0) {  // best effort: leave a blank file, not a partial one
-          }
-          fail_errno(rc, "cannot pre-allocate " + format_bytes(bytes) + " for pool file " + f.path);
-        }
-      } else {
-        // A raw device has old bytes in its record area: clear it.
-        AlignedBuffer zeros(1 << 20);
-        uint64_t end = pool->geometry_.data_offset();
-        for (uint64_t off = Geometry::kSuperblockBytes; off < end; off += zeros.size())
-          pwrite_full(f, zeros.data(), std::min<uint64_t>(zeros.size(), end - off), off);
-      }
-      Superblock sb;
-      sb.uuid = pool->uuid_;
-      sb.file_index = static_cast<uint32_t>(i);
-      sb.file_count = static_cast<uint32_t>(n);
-      sb.shape = shape;
-      sb.slots_per_file = spf;
-      sb.file_bytes = bytes;
-      AlignedBuffer buf(Geometry::kSuperblockBytes);
-      encode_superblock(sb, reinterpret_cast<uint8_t*>(buf.data()));
-      pwrite_full(f, buf.data(), buf.size(), 0);
-      if (::fsync(f.fd.get()) != 0) fail_errno(errno, "fsync " + f.path);
-    }
-    pool->created_ = true;
+    TUTTI_EXPECT_CODE(existing == n, TUTTI_ELAYOUT,
+                      "pool has " + std::to_string(existing) + " existing file(s) and " + std::to_string(n - existing) +
+                          " blank one(s): a pool cannot grow by adding files");
+    pool->adopt(sbs, shape);
     return pool;
+  } catch (...) {
+    for (const std::string& path : made) ::unlink(path.c_str());
+    for (size_t i : was_empty)
+      if (::ftruncate(pool->files_[i].fd.get(), 0) != 0) {  // best effort: it was empty
+      }
+    throw;
   }
+}
 
-  TUTTI_EXPECT_CODE(existing == n, TUTTI_ELAYOUT,
-                    "pool has " + std::to_string(existing) + " existing file(s) and " + std::to_string(n - existing) +
-                        " blank one(s): a pool cannot grow by adding files");
-  // Existing pool: the files must be one pool, given in any order, made for this shape.
+// A new pool: every file gets the same number of slots.
+void Pool::create(const PoolOptions& opts, const Shape& shape) {
+  const size_t n = files_.size();
+  size_t unsized = 0;
+  for (auto& u : opts.uris) unsized += u.size == 0;
+  uint64_t share = unsized ? opts.capacity / unsized : 0;
+  uint64_t spf = UINT64_MAX;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t want = opts.uris[i].size ? opts.uris[i].size : share;
+    if (is_block_device(files_[i])) want = std::min<uint64_t>(want ? want : UINT64_MAX, file_size(files_[i]));
+    spf = std::min(spf, Geometry::slots_for(shape, want));
+  }
+  spf = std::min(spf, kMaxSlotsPerFile);
+  if (spf == 0)
+    fail(TUTTI_EINVAL, "pool capacity is too small for one chunk: a slot of " + shape.describe() + " needs " +
+                           format_bytes(shape.slot_bytes() + Geometry::kRecordBytes) + " per file");
+  geometry_ = Geometry(shape, static_cast<uint32_t>(n), spf);
+  if (::getrandom(uuid_.data(), uuid_.size(), 0) != static_cast<ssize_t>(uuid_.size())) fail_errno(errno, "getrandom");
+  const uint64_t bytes = Geometry::file_bytes_for(shape, spf);
+  for (size_t i = 0; i < n; ++i) {
+    PoolFile& f = files_[i];
+    if (!is_block_device(f)) {
+      // An older format's pool: its records must not survive into the new one.
+      if (file_size(f) != 0 && ::ftruncate(f.fd.get(), 0) != 0) fail_errno(errno, "truncate " + f.path);
+      // Pre-allocate so later writes never hit ENOSPC and extents stay put; the record region
+      // reads back as zeros = every slot free.
+      int rc = ::posix_fallocate(f.fd.get(), 0, static_cast<off_t>(bytes));
+      if (rc != 0) fail_errno(rc, "cannot pre-allocate " + format_bytes(bytes) + " for pool file " + f.path);
+    } else {
+      // A raw device has old bytes in its record area: clear it.
+      AlignedBuffer zeros(1 << 20);
+      uint64_t end = geometry_.data_offset();
+      for (uint64_t off = Geometry::kSuperblockBytes; off < end; off += zeros.size())
+        pwrite_full(f, zeros.data(), std::min<uint64_t>(zeros.size(), end - off), off);
+    }
+    Superblock sb;
+    sb.uuid = uuid_;
+    sb.file_index = static_cast<uint32_t>(i);
+    sb.file_count = static_cast<uint32_t>(n);
+    sb.shape = shape;
+    sb.slots_per_file = spf;
+    sb.file_bytes = bytes;
+    AlignedBuffer buf(Geometry::kSuperblockBytes);
+    encode_superblock(sb, reinterpret_cast<uint8_t*>(buf.data()));
+    pwrite_full(f, buf.data(), buf.size(), 0);
+    if (::fsync(f.fd.get()) != 0) fail_errno(errno, "fsync " + f.path);
+  }
+  created_ = true;
+}
+
+// An existing pool: the files must be one pool, given in any order, made for this shape.
+void Pool::adopt(const std::vector<Superblock>& sbs, const Shape& shape) {
+  const size_t n = files_.size();
   std::vector<PoolFile> ordered(n);
   for (size_t i = 0; i < n; ++i) {
     const Superblock& sb = sbs[i];
-    TUTTI_EXPECT_CODE(sb.uuid == sbs[0].uuid && sb.file_count == n && sb.file_index < n &&
-                          !ordered[sb.file_index].fd,
+    TUTTI_EXPECT_CODE(sb.uuid == sbs[0].uuid && sb.file_count == n && sb.file_index < n && !ordered[sb.file_index].fd &&
+                          sb.slots_per_file == sbs[0].slots_per_file,
                       TUTTI_ELAYOUT,
-                      "pool files do not form one pool: " + pool->files_[i].path + " is file " +
-                          std::to_string(sb.file_index) + " of " + std::to_string(sb.file_count) + " of pool " +
-                          uuid_string(sb.uuid));
+                      "pool files do not form one pool: " + files_[i].path + " is file " + std::to_string(sb.file_index) +
+                          " of " + std::to_string(sb.file_count) + " of pool " + uuid_string(sb.uuid));
     if (!(sb.shape == shape))
-      fail(TUTTI_ELAYOUT, "pool " + pool->files_[i].path + " was created for " + sb.shape.describe() +
+      fail(TUTTI_ELAYOUT, "pool " + files_[i].path + " was created for " + sb.shape.describe() +
                               ", but the KV cache registered has " + shape.describe());
-    ordered[sb.file_index] = std::move(pool->files_[i]);
+    ordered[sb.file_index] = std::move(files_[i]);
   }
-  pool->files_ = std::move(ordered);
-  pool->uuid_ = sbs[0].uuid;
-  pool->geometry_ = Geometry(shape, static_cast<uint32_t>(n), sbs[0].slots_per_file);
-  for (auto& f : pool->files_)
+  files_ = std::move(ordered);
+  uuid_ = sbs[0].uuid;
+  geometry_ = Geometry(shape, static_cast<uint32_t>(n), sbs[0].slots_per_file);
+  for (auto& f : files_)
     if (file_size(f) < Geometry::file_bytes_for(shape, sbs[0].slots_per_file))
       fail(TUTTI_ECORRUPT, f.path + " is shorter than its pool header says (truncated?)");
-  return pool;
 }
 
 std::unique_ptr<Pool> Pool::open_existing(const std::vector<PoolUri>& uris) {

@@ -30,9 +30,10 @@ struct PoolFile {
 
 class Pool {
  public:
-  // Opens the pool for `shape`, creating its files when they are missing or blank.
-  // Throws ELAYOUT when the files were made for another shape, EBUSY when another runtime
-  // holds them, ECORRUPT when a path holds something that is not a tutti pool.
+  // Opens the pool for `shape`, creating its files when they are missing, empty, or pools of
+  // an older format (with create). Throws ELAYOUT when the files were made for another shape,
+  // EBUSY when another runtime holds them, ECORRUPT when a path holds anything else (a file
+  // that is not a pool is never written). A failed open leaves every path as it found it.
   static std::unique_ptr<Pool> open(const PoolOptions& opts, const Shape& shape);
   // Opens an existing pool whatever its shape (fsck, stats).
   static std::unique_ptr<Pool> open_existing(const std::vector<PoolUri>& uris);
@@ -55,6 +56,8 @@ class Pool {
 
  private:
   Pool() = default;
+  void create(const PoolOptions& opts, const Shape& shape);
+  void adopt(const std::vector<Superblock>& sbs, const Shape& shape);
   void write_blocks(const std::vector<std::pair<uint64_t, const uint8_t*>>& by_slot) const;
 
   std::vector<PoolFile> files_;

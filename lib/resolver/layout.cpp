@@ -22,8 +22,13 @@ Geometry::Geometry(const Shape& shape, uint32_t files, uint64_t slots_per_file)
 uint64_t Geometry::slots_for(const Shape& shape, uint64_t file_bytes) {
   const uint64_t slot = shape.slot_bytes();
   if (slot == 0) return 0;
+  // In 128 bits: near 2^64 bytes (a capacity of 16777215T) file_bytes_for(n) would wrap.
+  const auto need = [&](uint64_t n) {
+    const unsigned __int128 records = kSuperblockBytes + static_cast<unsigned __int128>(n) * kRecordBytes;
+    return (records + kDataAlign - 1) / kDataAlign * kDataAlign + static_cast<unsigned __int128>(n) * slot;
+  };
   uint64_t n = file_bytes / (slot + kRecordBytes);
-  while (n > 0 && file_bytes_for(shape, n) > file_bytes) --n;
+  while (n > 0 && need(n) > file_bytes) --n;
   return n;
 }
 

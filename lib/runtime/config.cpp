@@ -16,7 +16,7 @@ const std::vector<OptionInfo>& option_table() {
       {"namespace", "", "salt mixed into every chunk key"},
       {"io_mode", "object", "object | per-block-baseline (one I/O per block and K/V; for comparison only)"},
       {"direct_to_blocks", "auto", "auto | on | off: vectored I/O straight between pool and KV blocks"},
-      {"verify", "0", "1: check every layer's checksum on load"},
+      {"verify", "on", "on | unsafe-off: check every chunk-layer loaded against its checksum (off hands back corrupted bytes as success)"},
       {"staging", "256M", "bytes of aligned staging memory"},
       {"dram_tier", "0", "bytes of host memory above the pool for recently moved chunk-layers (0: none)"},
       {"lookahead", "4", "layers in flight ahead of the consumer"},
@@ -89,7 +89,11 @@ void apply(Config& c, const std::string& key, const std::string& v) {
     TUTTI_EXPECT(v == "auto" || v == "on" || v == "off", "option direct_to_blocks: '" + v + "' is not auto, on or off");
     c.direct = v == "auto" ? DirectMode::kAuto : v == "on" ? DirectMode::kOn : DirectMode::kOff;
   } else if (key == "verify") {
-    c.verify = flag_of(key, v);
+    // Turning checks off is spelled so that nobody does it by accident (a bare 0 is refused).
+    TUTTI_EXPECT(v == "on" || v == "1" || v == "unsafe-off",
+                 "option verify: '" + v + "' is not on or unsafe-off (without checks a corrupted pool hands back "
+                 "wrong KV as success; say unsafe-off to accept that)");
+    c.verify = v != "unsafe-off";
   } else if (key == "dram_tier") {
     c.dram_tier = size_of(key, v, 0, 1ull << 46);
   } else if (key == "staging") {

@@ -22,7 +22,7 @@ struct Config {
   std::string ns;
   IoMode io_mode = IoMode::kObject;
   DirectMode direct = DirectMode::kAuto;
-  bool verify = false;
+  bool verify = true;  // option verify: on, or unsafe-off
   uint64_t staging = 0;
   uint64_t dram_tier = 0;
   uint32_t lookahead = 0;

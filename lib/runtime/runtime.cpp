@@ -45,8 +45,6 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   const bool gpu_uring = name == "gpu-uring", cufile = name == "cufile", dram = name == "dram";
   TUTTI_EXPECT_CODE(!(gpu_uring || cufile) || binding->on_device(), TUTTI_EUNSUPPORTED,
                     "backend " + name + " loads into CUDA memory: register a KV cache with TUTTI_MEMORY_CUDA");
-  TUTTI_EXPECT_CODE(!(gpu_uring || cufile) || !cfg_.verify, TUTTI_EUNSUPPORTED,
-                    "backend " + name + " hands no loaded byte to the CPU, so it cannot check checksums: use verify=0");
   std::unique_ptr<gpu::Device> device;
   if (binding->on_device()) {
     // The baseline copies each block's K (V) whole: it must lie contiguous in the block.
@@ -55,8 +53,6 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
                       "io_mode=per-block-baseline in CUDA memory needs blocks whose K and V are contiguous (NHD)");
     TUTTI_EXPECT_CODE(cfg_.io_mode == IoMode::kObject || (!gpu_uring && !cufile && !dram), TUTTI_EUNSUPPORTED,
                       "io_mode=per-block-baseline runs on the uring and posix backends");
-    TUTTI_EXPECT_CODE(cfg_.io_mode == IoMode::kObject || !cfg_.verify, TUTTI_EUNSUPPORTED,
-                      "io_mode=per-block-baseline in CUDA memory cannot verify checksums: use verify=0");
     device = std::make_unique<gpu::Device>(binding->device());
     device->set_layers(shape.layers);
     for (uint32_t l = 0; l < shape.layers; ++l)

@@ -1,12 +1,10 @@
 #include "scheduler/batch.hpp"
 
-#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
-#include <xxhash.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 
+#include "common/checksum.hpp"
 #include "common/error.hpp"
 #include "common/units.hpp"
 #include "pool/format.hpp"
@@ -16,28 +14,32 @@ namespace tutti {
 
 namespace {
 
-// xxh3-64 of a chunk-layer extent as it lies on disk, read from the engine's blocks
-// (K runs, zero padding up to V, V runs, zero padding to the end).
+// The page terms (kernels/layer_sum.hpp) of object bytes [lo, hi) of a chunk-layer, read from
+// the engine's blocks as the extent lies on disk: K runs, zero padding up to V, V runs, zero
+// padding to the end. [lo, hi) is page aligned. A page that is one run is hashed in place.
+uint64_t block_terms(const KvBinding& kv, uint32_t layer, const int32_t* blocks, uint64_t lo, uint64_t hi) {
+  alignas(64) std::byte page[kIoAlign];
+  uint64_t terms = 0;
+  for (uint64_t p = lo; p < hi; p += kIoAlign) {
+    const std::byte* whole = nullptr;
+    bool zeroed = false;
+    kv.for_each_run(layer, blocks, p, p + kIoAlign, [&](const MemRun& r) {
+      if (r.len == kIoAlign) {
+        whole = r.addr;
+        return;
+      }
+      if (!zeroed) std::memset(page, 0, sizeof page), zeroed = true;
+      std::memcpy(page + (r.obj_off - p), r.addr, r.len);
+    });
+    if (!whole && !zeroed) std::memset(page, 0, sizeof page);  // all padding
+    terms += page_term(whole ? whole : page, p / kIoAlign);
+  }
+  return terms;
+}
+
 uint64_t extent_checksum(const KvBinding& kv, uint32_t layer, const int32_t* blocks) {
-  static const std::byte zeros[4096] = {};
-  const Shape& s = kv.shape();
-  XXH3_state_t state;
-  XXH3_INITSTATE(&state);
-  XXH3_state_t* st = &state;
-  XXH3_64bits_reset(st);
-  auto pad = [&](uint64_t n) {
-    while (n) {
-      uint64_t k = std::min<uint64_t>(n, sizeof zeros);
-      XXH3_64bits_update(st, zeros, k);
-      n -= k;
-    }
-  };
-  kv.for_each_run(layer, blocks, 0, s.kv_bytes(), [&](const MemRun& r) { XXH3_64bits_update(st, r.addr, r.len); });
-  pad(s.v_offset() - s.kv_bytes());
-  kv.for_each_run(layer, blocks, s.v_offset(), s.v_offset() + s.kv_bytes(),
-                  [&](const MemRun& r) { XXH3_64bits_update(st, r.addr, r.len); });
-  pad(s.v_offset() - s.kv_bytes());
-  return XXH3_64bits_digest(st);
+  const uint64_t bytes = kv.shape().layer_bytes();
+  return layer_sum_of_terms(block_terms(kv, layer, blocks, 0, bytes), bytes);
 }
 
 int code_of(int64_t res) { return res == -ENOSPC ? TUTTI_ENOSPC : res == -EBADMSG ? TUTTI_ECORRUPT : TUTTI_EIO; }
@@ -83,7 +85,7 @@ void LayerOp::prepare() {
     iovcnt = static_cast<int>(iovs.size());
   }
   if (write && lo == 0) {
-    item.sums[layer] = stage.data && hi - lo == kv.shape().layer_bytes() ? XXH3_64bits(buf, hi - lo)
+    item.sums[layer] = stage.data && hi - lo == kv.shape().layer_bytes() ? layer_sum(buf, hi - lo)
                        : kv.on_device() ? b.device_extent_checksum(layer, item.blocks)
                                         : extent_checksum(kv, layer, item.blocks);
   }
@@ -93,19 +95,27 @@ void LayerOp::complete(int64_t res) {
   Batch& b = *batch;
   const KvBinding& kv = b.rt_->binding();
   auto& it = b.items_[item];
-  if (res == static_cast<int64_t>(length) && !write && stage.data) {
-    // A chunk whose bytes do not match its commit record never reaches the blocks.
-    if (b.rt_->config().verify && hi - lo == kv.shape().layer_bytes() &&
-        XXH3_64bits(stage.data, hi - lo) != b.rt_->index().layer_sums(it.slot)[layer]) {
-      res = -EBADMSG;
-      b.forget_cached(it, layer);
-    } else if (!kv.on_device()) {
-      kv.scatter(layer, it.blocks, lo, hi, stage.data);
-    } else if (b.per_block_) {
-      try {
-        b.rt_->device()->copy_sync(b.block_address(*this), stage.data, length);
-      } catch (const Error&) {
-        res = -EIO;
+  if (res == static_cast<int64_t>(length) && !write) {
+    // In host memory the I/O thread checks a whole extent against its commit record: in
+    // staging, before a byte reaches the blocks, or in the blocks it was read into directly.
+    // (CUDA memory: the checksum kernel checks the blocks after the scatter; a layer moved in
+    // pieces is checked by layer_done.)
+    if (b.verify_ && !kv.on_device() && lo == 0 && hi == kv.shape().layer_bytes()) {
+      const uint64_t got = stage.data ? layer_sum(stage.data, length) : extent_checksum(kv, layer, it.blocks);
+      if (got != b.rt_->index().layer_sums(it.slot)[layer]) {
+        res = -EBADMSG;
+        b.forget_cached(it, layer);
+      }
+    }
+    if (res == static_cast<int64_t>(length) && stage.data) {
+      if (!kv.on_device()) {
+        kv.scatter(layer, it.blocks, lo, hi, stage.data);
+      } else if (b.per_block_) {
+        try {
+          b.rt_->device()->copy_sync(b.block_address(*this), stage.data, length);
+        } catch (const Error&) {
+          res = -EIO;
+        }
       }
     }
   }
@@ -129,7 +139,7 @@ uint64_t Batch::device_extent_checksum(uint32_t layer, const int32_t* blocks) co
     rt_->device()->copy_sync(extent.data() + u * bb, kv.k(layer) + at, bb);
     rt_->device()->copy_sync(extent.data() + s.v_offset() + u * bb, kv.v(layer) + at, bb);
   }
-  return XXH3_64bits(extent.data(), extent.size());
+  return layer_sum(extent.data(), extent.size());
 }
 
 std::byte* Batch::block_address(const LayerOp& op) const {
@@ -214,14 +224,19 @@ void Batch::submit() {
                      " bytes (option staging / TUTTI_STAGING)");
     const size_t ids_bytes = align_up(chunks * kv.blocks_per_chunk() * sizeof(int32_t), 16);
     const size_t copies_bytes = size_t{layers_} * chunks * sizeof(gpu::ChunkCopy);
-    const size_t status_bytes = rt_->dram() ? size_t{layers_} * chunks * sizeof(int32_t) : 0;
-    pinned_ = dev->host_alloc(ids_bytes + copies_bytes + status_bytes, &pinned_dev_);
+    const size_t status_bytes = align_up(rt_->dram() ? size_t{layers_} * chunks * sizeof(int32_t) : 0, 16);
+    const size_t terms_bytes = is_load() && rt_->config().verify ? size_t{layers_} * chunks * sizeof(uint64_t) : 0;
+    pinned_ = dev->host_alloc(ids_bytes + copies_bytes + status_bytes + terms_bytes, &pinned_dev_);
     ids_dev_ = pinned_dev_;
     copies_ = reinterpret_cast<gpu::ChunkCopy*>(static_cast<std::byte*>(pinned_) + ids_bytes);
     copies_dev_ = pinned_dev_ + ids_bytes;
     copies_stride_ = chunks;
     status_ = reinterpret_cast<int32_t*>(static_cast<std::byte*>(pinned_) + ids_bytes + copies_bytes);
     status_dev_ = pinned_dev_ + ids_bytes + copies_bytes;
+    if (terms_bytes) {
+      terms_ = reinterpret_cast<uint64_t*>(static_cast<std::byte*>(pinned_) + ids_bytes + copies_bytes + status_bytes);
+      terms_dev_ = pinned_dev_ + ids_bytes + copies_bytes + status_bytes;
+    }
   }
   // Plan: pin what we load, claim slots for what we store. Planning a request stops at its
   // first failed chunk; finish() marks the rest.
@@ -257,7 +272,11 @@ void Batch::submit() {
   }
   direct_ = rt_->direct();
   per_block_ = rt_->config().io_mode == IoMode::kPerBlockBaseline;
+  verify_ = is_load() && rt_->config().verify;
+  // What no single I/O (host memory) or kernel (CUDA memory) sees whole is checked per layer.
+  check_layers_ = verify_ && (per_block_ || (direct_ && kv.run_bytes() * IOV_MAX < kv.shape().layer_bytes()));
   ops_.resize(layers_);
+  scattered_.resize(layers_);
   if (pinned_) {  // the items' block ids, where the copy kernels read them
     const size_t bpc = kv.blocks_per_chunk();
     auto* ids = static_cast<int32_t*>(pinned_);
@@ -422,16 +441,18 @@ void Batch::fail_all(int code) {
 void Batch::scatter_on_device(uint32_t layer) {
   const KvBinding& kv = rt_->binding();
   gpu::ChunkCopy* copies = copies_ + size_t{layer} * copies_stride_;
-  size_t n = 0;
+  std::vector<uint32_t>& scattered = scattered_[layer];
   for (LayerOp& op : ops_[layer])
-    if (!items_[op.item].error.load())
-      copies[n++] = gpu::ChunkCopy{rt_->staging_for(true).device_address(op.stage), items_[op.item].first_block};
+    if (!items_[op.item].error.load()) {
+      copies[scattered.size()] = gpu::ChunkCopy{rt_->staging_for(true).device_address(op.stage), items_[op.item].first_block};
+      scattered.push_back(op.item);
+    }
   outstanding_ += 1;  // held until the callback
   auto* arg = new Landed{this, layer};
   try {
     rt_->device()->scatter(kv.copy_layout(), kv.k(layer), kv.v(layer),
-                           copies_dev_ + size_t{layer} * copies_stride_ * sizeof(gpu::ChunkCopy), n, ids_dev_,
-                           on_landed<&Batch::staged_layer_landed>, arg);
+                           copies_dev_ + size_t{layer} * copies_stride_ * sizeof(gpu::ChunkCopy), scattered.size(),
+                           ids_dev_, on_landed<&Batch::staged_layer_landed>, arg, 0, layer_terms_dev(layer));
   } catch (const Error& e) {
     fail_all(e.code());
     on_landed<&Batch::staged_layer_landed>(arg);
@@ -441,6 +462,10 @@ void Batch::scatter_on_device(uint32_t layer) {
 // On a CUDA thread, after the scatter: the layer's staging goes back.
 void Batch::staged_layer_landed(uint32_t layer) {
   for (LayerOp& op : ops_[layer]) rt_->staging_for(true).release(op.stage);
+  if (verify_) {
+    const uint64_t* terms = terms_ + size_t{layer} * copies_stride_;
+    for (size_t i = 0; i < scattered_[layer].size(); ++i) check_terms(scattered_[layer][i], layer, terms[i]);
+  }
   layer_done(layer);
   release();
 }
@@ -506,6 +531,7 @@ void Batch::issue_layer_gpu(uint32_t layer) {
   a.copies = set.copies;
   a.ids = ids_dev_;
   a.status = set.status;
+  a.terms = layer_terms_dev(layer);
   a.layout = kv.copy_layout();
   a.k = kv.k(layer);
   a.v = kv.v(layer);
@@ -526,11 +552,36 @@ void Batch::issue_layer_gpu(uint32_t layer) {
 
 // On a CUDA thread, once the layer's reads are over and its good chunks are in the blocks.
 void Batch::gpu_layer_landed(uint32_t layer) {
-  land(layer, gpu_sets_[layer % gpu_sets_.size()].status_host, /*errnos=*/true);
+  const int32_t* status = gpu_sets_[layer % gpu_sets_.size()].status_host;
+  check_landed(layer, status);
+  land(layer, status, /*errnos=*/true);
 }
 
 void Batch::dram_layer_landed(uint32_t layer) {
-  land(layer, status_ + size_t{layer} * copies_stride_, /*errnos=*/false);
+  const int32_t* status = status_ + size_t{layer} * copies_stride_;
+  check_landed(layer, status);
+  land(layer, status, /*errnos=*/false);
+}
+
+uint64_t Batch::layer_terms_dev(uint32_t layer) const {
+  return terms_ ? terms_dev_ + size_t{layer} * copies_stride_ * sizeof(uint64_t) : 0;
+}
+
+// CUDA memory: the checksum kernel's terms of item i's layer, as it landed in the blocks,
+// against its commit record. A mismatch fails the chunk (the engine must not use those blocks).
+void Batch::check_terms(uint32_t i, uint32_t layer, uint64_t terms) {
+  Item& it = items_[i];
+  if (layer_sum_of_terms(terms, rt_->binding().shape().layer_bytes()) == rt_->index().layer_sums(it.slot)[layer]) return;
+  fail_item(it, TUTTI_ECORRUPT);
+  forget_cached(it, layer);
+}
+
+// Every item scattered (status 0) by gpu-uring or dram: one term each, in item order.
+void Batch::check_landed(uint32_t layer, const int32_t* status) {
+  if (!verify_) return;
+  const uint64_t* terms = terms_ + size_t{layer} * copies_stride_;
+  for (uint32_t i = 0; i < items_.size(); ++i)
+    if (status[i] == 0) check_terms(i, layer, terms[i]);
 }
 
 // A load's layer is in place except for the chunks whose `status` is not 0 (a -errno, or a
@@ -567,16 +618,13 @@ void Batch::issue_layer_dram(uint32_t layer) {
     extents[i] = dram.host(e.file, e.offset);
     copies[i] = gpu::ChunkCopy{dram.device(e.file, e.offset), items_[i].first_block};
     status[i] = items_[i].error.load();
-    if (is_load() && !status[i] && rt_->config().verify &&
-        XXH3_64bits(extents[i], e.length) != rt_->index().layer_sums(items_[i].slot)[layer])
-      status[i] = TUTTI_ECORRUPT;
   }
   if (is_load()) {
     outstanding_ += 1;  // held until the callback
     auto* arg = new Landed{this, layer};
     try {
       dev.scatter(kv.copy_layout(), kv.k(layer), kv.v(layer), copies_dev_ + at * sizeof(gpu::ChunkCopy), n, ids_dev_,
-                  on_landed<&Batch::dram_layer_landed>, arg, status_dev_ + at * sizeof(int32_t));
+                  on_landed<&Batch::dram_layer_landed>, arg, status_dev_ + at * sizeof(int32_t), layer_terms_dev(layer));
     } catch (const Error& e) {
       for (size_t i = 0; i < n; ++i) status[i] = e.code();
       on_landed<&Batch::dram_layer_landed>(arg);
@@ -590,7 +638,7 @@ void Batch::issue_layer_dram(uint32_t layer) {
         std::byte* p = extents[i];
         std::memset(p + shape.kv_bytes(), 0, pad);
         std::memset(p + shape.v_offset() + shape.kv_bytes(), 0, pad);
-        items_[i].sums[layer] = XXH3_64bits(p, shape.layer_bytes());
+        items_[i].sums[layer] = layer_sum(p, shape.layer_bytes());
       }
       rt_->counters().bytes_written += n * shape.layer_bytes();
     } catch (const Error& e) {
@@ -621,20 +669,7 @@ void Batch::op_done(LayerOp& op, int64_t res) {
 }
 
 void Batch::layer_done(uint32_t layer) {
-  const bool whole_extents_staged = !direct_ && rt_->config().io_mode == IoMode::kObject;
-  if (is_load() && rt_->config().verify && !whole_extents_staged) {
-    // Direct and per-block transfers are checked in the blocks: a chunk whose bytes do not
-    // match its commit record is reported as failed. Whole staged extents were checked
-    // before they were scattered (LayerOp::complete).
-    const KvBinding& kv = rt_->binding();
-    for (Item& it : items_) {
-      if (it.error.load()) continue;
-      if (extent_checksum(kv, layer, it.blocks) != rt_->index().layer_sums(it.slot)[layer]) {
-        fail_item(it, TUTTI_ECORRUPT);
-        forget_cached(it, layer);
-      }
-    }
-  }
+  if (check_layers_) check_layer(layer);
   if (epoch_) rt_->device()->mark_ready(layer, epoch_);  // stream waits may go on
   {
     std::lock_guard lock(mu_);
@@ -645,6 +680,39 @@ void Batch::layer_done(uint32_t layer) {
   }
   cv_.notify_all();
   rt_->scheduler().notify();  // the lookahead window moved
+}
+
+// A layer that no single I/O saw whole (per-block transfers, direct I/O in pieces) is checked
+// in the blocks once it is all there: by the CPU in host memory, by the checksum kernel in CUDA
+// memory.
+void Batch::check_layer(uint32_t layer) {
+  const KvBinding& kv = rt_->binding();
+  if (!kv.on_device()) {
+    for (Item& it : items_) {
+      if (it.error.load()) continue;
+      if (extent_checksum(kv, layer, it.blocks) != rt_->index().layer_sums(it.slot)[layer]) {
+        fail_item(it, TUTTI_ECORRUPT);
+        forget_cached(it, layer);
+      }
+    }
+    return;
+  }
+  gpu::ChunkCopy* copies = copies_ + size_t{layer} * copies_stride_;
+  std::vector<uint32_t>& checked = scattered_[layer];
+  for (uint32_t i = 0; i < items_.size(); ++i)
+    if (!items_[i].error.load()) {
+      copies[checked.size()] = gpu::ChunkCopy{0, items_[i].first_block};
+      checked.push_back(i);
+    }
+  try {
+    rt_->device()->layer_terms_sync(kv.copy_layout(), kv.k(layer), kv.v(layer),
+                                    copies_dev_ + size_t{layer} * copies_stride_ * sizeof(gpu::ChunkCopy),
+                                    checked.size(), ids_dev_, layer_terms_dev(layer));
+    const uint64_t* terms = terms_ + size_t{layer} * copies_stride_;
+    for (size_t j = 0; j < checked.size(); ++j) check_terms(checked[j], layer, terms[j]);
+  } catch (const Error& e) {
+    for (uint32_t i : checked) fail_item(items_[i], e.code());
+  }
 }
 
 void Batch::commit() {

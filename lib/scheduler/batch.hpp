@@ -90,6 +90,11 @@ class Batch {
   void dram_layer_landed(uint32_t layer);
   void staged_layer_landed(uint32_t layer);
   void land(uint32_t layer, const int32_t* status, bool errnos);
+  // Load checks (verify): see LayerOp::complete, check_layer and the CUDA paths' check_terms.
+  void check_layer(uint32_t layer);
+  void check_terms(uint32_t item, uint32_t layer, uint64_t terms);
+  void check_landed(uint32_t layer, const int32_t* status);
+  uint64_t layer_terms_dev(uint32_t layer) const;  // 0 without checks
   static void fail_item(Item& it, int code);  // the first error of a chunk stays
   void forget_cached(const Item& it, uint32_t layer);  // bytes that failed their checksum
   void fail_all(int code);
@@ -128,6 +133,13 @@ class Batch {
   int32_t* status_ = nullptr;  // dram: per layer and item, 0 or why the chunk is not copied
   uint64_t status_dev_ = 0;
   uint64_t epoch_ = 0;                     // CUDA memory: this load batch's number
+  // CUDA memory with verify: per layer and chunk, the checksum kernel's page terms (pinned),
+  // and per layer which items the staged scatter (or check_layer) gave them to, in order.
+  uint64_t* terms_ = nullptr;
+  uint64_t terms_dev_ = 0;
+  std::vector<std::vector<uint32_t>> scattered_;
+  bool verify_ = false;        // a load that checks checksums
+  bool check_layers_ = false;  // ... per whole layer in layer_done
   // gpu-uring: pinned descriptors (the items' extents, then per staging set its read targets,
   // scatter descriptors and statuses) and the staging of every set. Layer L uses set
   // L % gpu_sets_ and the driver's stream of the same number, so a set is reused only after

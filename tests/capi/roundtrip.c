@@ -37,7 +37,7 @@ static void make_cases(void) {
     int d = (i >> 2) % 3;
     if (d == 0 && (i & 2)) d = 2; /* the baseline always stages: leave it on auto */
     c->direct = d == 0 ? "on" : d == 1 ? "off" : "auto";
-    c->verify = th_rand_below(&rng, 2) ? "1" : "0";
+    c->verify = th_rand_below(&rng, 2) ? "on" : "unsafe-off";
     c->lookahead = las[th_rand_below(&rng, 3)];
     c->chunk_tokens = th_rand_below(&rng, 2) ? 64 : 32;
     th_kv_spec* s = &c->spec;
