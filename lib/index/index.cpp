@@ -46,14 +46,14 @@ void Index::touch(uint64_t slot) {
 
 size_t Index::match_prefix(const std::vector<Key>& keys) {
   std::lock_guard lock(mu_);
-  size_t n = 0;
+  std::vector<uint64_t> hit;
   for (const Key& k : keys) {
     auto it = map_.find(k);
     if (it == map_.end() || slots_[it->second].state != State::kCommitted) break;
-    touch(it->second);
-    ++n;
+    hit.push_back(it->second);
   }
-  return n;
+  for (auto s = hit.rbegin(); s != hit.rend(); ++s) touch(*s);
+  return hit.size();
 }
 
 std::optional<uint64_t> Index::pin(const Key& key) {
@@ -87,14 +87,21 @@ Index::Allocation Index::allocate(const Key& key) {
   std::lock_guard lock(mu_);
   Allocation a;
   if (auto it = map_.find(key); it != map_.end()) {
-    a.claim = slots_[it->second].state == State::kCommitted ? Claim::kPresent : Claim::kBeingWritten;
+    Slot& s = slots_[it->second];
     a.slot = it->second;
-    touch(it->second);
+    if (s.state == State::kCommitted) {
+      a.claim = Claim::kPresent;
+      if (s.pins++ == 0) lru_.erase(s.lru);
+    } else {
+      a.claim = Claim::kBeingWritten;
+      a.ticket = s.writes;
+    }
     return a;
   }
   if (!free_.empty()) {
     a.slot = free_.back();
     free_.pop_back();
+    a.reused = slots_[a.slot].dirty;
   } else if (!lru_.empty()) {
     a.slot = lru_.back();
     evict(a.slot);
@@ -104,6 +111,8 @@ Index::Allocation Index::allocate(const Key& key) {
   }
   Slot& s = slots_[a.slot];
   s.state = State::kWriting;
+  s.dirty = false;
+  ++s.writes;
   s.key = key;
   map_[key] = a.slot;
   a.claim = Claim::kAllocated;
@@ -121,6 +130,7 @@ void Index::commit(uint64_t slot, uint64_t generation, std::vector<uint64_t> sum
     Slot& s = slots_[slot];
     s.state = State::kCommitted;
     s.generation = generation;
+    s.committed_write = s.writes;
     s.sums = std::move(sums);
     lru_.push_front(slot);
     s.lru = lru_.begin();
@@ -128,23 +138,21 @@ void Index::commit(uint64_t slot, uint64_t generation, std::vector<uint64_t> sum
   settled_.notify_all();
 }
 
-bool Index::wait_settled(const Key& key) {
+bool Index::wait_settled(uint64_t slot, uint64_t ticket) {
   std::unique_lock lock(mu_);
-  for (;;) {
-    auto it = map_.find(key);
-    if (it == map_.end()) return false;
-    if (slots_[it->second].state == State::kCommitted) return true;
-    settled_.wait(lock);
-  }
+  const Slot& s = slots_[slot];
+  settled_.wait(lock, [&] { return s.writes != ticket || s.state != State::kWriting; });
+  return s.committed_write == ticket;
 }
 
-void Index::abandon(uint64_t slot) {
+void Index::abandon(uint64_t slot, bool dirty) {
   {
     std::lock_guard lock(mu_);
     Slot& s = slots_[slot];
     if (s.state != State::kWriting) return;
     map_.erase(s.key);
     s.state = State::kFree;
+    s.dirty = dirty;
     free_.push_back(slot);
   }
   settled_.notify_all();

@@ -25,7 +25,8 @@ class Index {
   // slots whose records lost to a newer duplicate, which the caller should tombstone.
   std::vector<uint64_t> recover(std::vector<Record> records);
 
-  // How many of `keys` (from the first) are committed; marks them recently used.
+  // How many of `keys` (from the first) are committed; marks them recently used, the first
+  // most recently: evicting a prefix would orphan every chunk after it.
   size_t match_prefix(const std::vector<Key>& keys);
 
   // Pins the committed slot of `key`; nullopt if absent.
@@ -38,20 +39,23 @@ class Index {
   struct Allocation {
     Claim claim = Claim::kFull;
     uint64_t slot = 0;
-    bool reused = false;  // the slot held an evicted chunk: tombstone it before writing
+    bool reused = false;  // the slot's record may be on disk: tombstone it before writing
+    uint64_t ticket = 0;  // kBeingWritten: the other store's write, for wait_settled
   };
-  // Claims a slot to store `key`: kPresent if committed, kBeingWritten if another store has
-  // it in flight (see wait_settled), else a free
-  // slot or the least recently used unpinned committed one (evicted now), else kFull.
+  // Claims a slot to store `key`: kPresent if committed (then pinned: the caller unpins), or
+  // kBeingWritten if another store has it in flight (see wait_settled), else a free slot or
+  // the least recently used unpinned committed one (evicted now), else kFull.
   Allocation allocate(const Key& key);
   // A fresh generation number for the commit record of a written slot.
   uint64_t next_generation();
   // Makes a written slot visible once its record is durable.
   void commit(uint64_t slot, uint64_t generation, std::vector<uint64_t> sums);
-  // Gives back a slot whose write failed.
-  void abandon(uint64_t slot);
-  // Blocks while `key` is being written (by another batch); true if it is committed then.
-  bool wait_settled(const Key& key);
+  // Gives back a slot whose write failed. `dirty`: a record of it may be durable (a record
+  // or tombstone write failed), so whoever takes the slot next tombstones it first.
+  void abandon(uint64_t slot, bool dirty);
+  // Blocks until the write `ticket` of slot `slot` (Allocation::ticket) is settled; true if
+  // it committed (even if the chunk has been evicted since), false if it failed.
+  bool wait_settled(uint64_t slot, uint64_t ticket);
 
   uint64_t slots() const { return slots_.size(); }
   uint64_t used() const;
@@ -65,6 +69,9 @@ class Index {
     uint32_t pins = 0;
     Key key;
     uint64_t generation = 0;
+    bool dirty = false;        // free, but a record of it may be on disk
+    uint64_t writes = 0;       // writes begun into this slot: the ticket of the current one
+    uint64_t committed_write = 0;  // the last write that committed
     std::vector<uint64_t> sums;
     std::list<uint64_t>::iterator lru;  // valid while committed and unpinned
   };

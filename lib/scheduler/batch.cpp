@@ -201,7 +201,8 @@ void Batch::add(const tutti_request* reqs, size_t n) {
     q.r = r;
     q.first_chunk = first;
     auto keys = chunk_keys(rt_->root(r.salt, r.salt_len), r.tokens, end, ct);
-    q.keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(first), keys.end());
+    q.prefix.assign(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(std::min(first, keys.size())));
+    q.keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(std::min(first, keys.size())), keys.end());
     q.status.assign(count, 0);
     added.push_back(std::move(q));
   }
@@ -253,19 +254,25 @@ void Batch::submit() {
         Item& it = items_.emplace_back();
         it.req = ri, it.chunk = c, it.slot = *slot, it.blocks = blocks;
       } else {
+        if (c == 0)  // the chunks this request's chain starts from stay while it is stored
+          for (const Key& k : q.prefix)
+            if (auto slot = index.pin(k)) held_.push_back(*slot);
         auto a = index.allocate(q.keys[c]);
-        if (a.claim == Index::Claim::kPresent) continue;
+        if (a.claim == Index::Claim::kPresent) {
+          held_.push_back(a.slot);  // pinned: making room for later chunks must not evict it
+          continue;
+        }
         if (a.claim == Index::Claim::kBeingWritten) {
-          awaited_.emplace_back(ri, c);
+          awaited_.push_back(Awaited{ri, c, a.slot, a.ticket});
           continue;
         }
         if (a.claim == Index::Claim::kFull) {
           q.status[c] = TUTTI_ENOSPC;
           break;
         }
-        if (a.reused) reused_.push_back(a.slot);
         Item& it = items_.emplace_back();
         it.req = ri, it.chunk = c, it.slot = a.slot, it.blocks = blocks;
+        it.dirty = a.reused;
         it.sums.assign(layers_, 0);
       }
     }
@@ -303,19 +310,29 @@ void Batch::submit() {
     return;
   }
   outstanding_ = layers_;  // one hold per layer until it is issued
-  if (!reused_.empty()) {
-    // The evicted chunks' records must be gone before their slots are overwritten, or a crash
-    // could resurrect a key over half-new bytes.
-    try {
-      rt_->pool().write_tombstones(reused_);
-    } catch (const Error&) {
-      for (auto& it : items_) it.error = TUTTI_EIO;
-    }
-  }
   rt_->scheduler().enqueue(this);
 }
 
+// A store's first step, on the scheduler thread (submit never waits for the disk): slots
+// whose old records may still be on disk get tombstones, durable before any byte of the new
+// chunk is written, or a crash could pair the old key with new bytes. A slot whose tombstone
+// fails is not written, and stays dirty.
+void Batch::tombstone_reused() {
+  std::vector<uint64_t> slots;
+  for (const Item& it : items_)
+    if (it.dirty) slots.push_back(it.slot);
+  if (slots.empty()) return;
+  try {
+    rt_->pool().write_tombstones(slots);
+    for (Item& it : items_) it.dirty = false;
+  } catch (const Error& e) {
+    for (Item& it : items_)
+      if (it.dirty) fail_item(it, e.code());
+  }
+}
+
 void Batch::issue_layer(uint32_t layer) {
+  if (!is_load() && layer == 0) tombstone_reused();
   if (is_load() && rt_->gpu_uring()) return issue_layer_gpu(layer);
   if (rt_->dram() && rt_->device()) return issue_layer_dram(layer);
   const Shape& s = rt_->binding().shape();
@@ -719,8 +736,11 @@ void Batch::commit() {
   Pool& pool = rt_->pool();
   Index& index = rt_->index();
   std::vector<Record> records;
-  for (Item& it : items_)
-    if (!it.error.load()) records.push_back(Record{it.slot, index.next_generation(), reqs_[it.req].keys[it.chunk], it.sums});
+  // Last chunk first, here and when published below: a prompt's first chunks get the newest
+  // generations, so they are the most recently used, after a reopen too.
+  for (auto it = items_.rbegin(); it != items_.rend(); ++it)
+    if (!it->error.load())
+      records.push_back(Record{it->slot, index.next_generation(), reqs_[it->req].keys[it->chunk], it->sums});
   try {
     // Data first, then the records that make it visible; both durable before publishing.
     if (!records.empty()) {
@@ -728,19 +748,23 @@ void Batch::commit() {
       pool.write_records(records);
     }
   } catch (const Error& e) {
+    // Some records may be durable after all: their slots are tombstoned before reuse.
+    for (Item& it : items_)
+      if (!it.error.load()) it.dirty = true;
     fail_all(e.code());
     records.clear();
   }
+  // LRU eviction takes a chain from its end, never orphaning the chunks after a prefix.
   size_t r = 0;
-  for (Item& it : items_) {
-    if (!it.error.load()) {
-      index.commit(it.slot, records[r].generation, std::move(records[r].layer_sums));
+  for (auto it = items_.rbegin(); it != items_.rend(); ++it) {
+    if (!it->error.load()) {
+      index.commit(it->slot, records[r].generation, std::move(records[r].layer_sums));
       ++r;
     } else {
-      index.abandon(it.slot);
+      index.abandon(it->slot, it->dirty);
     }
   }
-  rt_->counters().stored_chunks += r;
+  rt_->counters().stored_chunks += records.size();
   finish();
 }
 
@@ -752,6 +776,8 @@ void Batch::finish() {
     if (is_load()) rt_->index().unpin(it.slot);
     if (int e = it.error.load()) reqs_[it.req].status[it.chunk] = e;
   }
+  for (uint64_t slot : held_) rt_->index().unpin(slot);
+  held_.clear();
   for (Request& q : reqs_) {
     fail_after_first_error(q.status);
     c.failed_chunks += std::count_if(q.status.begin(), q.status.end(), [](int s) { return s != 0; });
@@ -794,10 +820,11 @@ void Batch::settle() {
   }
   if (settled_) return;  // the batch belongs to one thread at a time
   settled_ = true;
-  for (auto [r, c] : awaited_) {
-    if (rt_->index().wait_settled(reqs_[r].keys[c])) continue;
-    if (!reqs_[r].status[c]) reqs_[r].status[c] = TUTTI_EIO;  // the other store of it failed
-    fail_after_first_error(reqs_[r].status);
+  for (const Awaited& a : awaited_) {
+    if (rt_->index().wait_settled(a.slot, a.ticket)) continue;  // stored (it may be evicted since)
+    // The other batch that was storing it failed: this chunk is not in the pool.
+    if (!reqs_[a.req].status[a.chunk]) reqs_[a.req].status[a.chunk] = TUTTI_ENOENT;
+    fail_after_first_error(reqs_[a.req].status);
   }
 }
 

@@ -64,6 +64,7 @@ class Batch {
     tutti_request r;
     size_t first_chunk = 0;            // token_begin / chunk_tokens
     std::vector<Key> keys;             // of the chunks in range
+    std::vector<Key> prefix;           // of the chunks before it (a store pins those present)
     std::vector<int> status;           // per chunk in range
   };
   // A chunk that needs I/O.
@@ -74,6 +75,7 @@ class Batch {
     const int32_t* blocks = nullptr;   // block ids of the chunk
     uint32_t first_block = 0;          // where its ids start in the pinned block-id array
     std::atomic<int> error{0};
+    bool dirty = false;                // store: a record of the slot may be on disk
     std::vector<uint64_t> sums;        // store: per-layer checksums
   };
 
@@ -115,10 +117,15 @@ class Batch {
   std::atomic<State> state_{State::kBuilding};
   std::vector<Request> reqs_;
   std::deque<Item> items_;
-  std::vector<uint64_t> reused_;       // store: slots to tombstone before writing
   // store: chunks another batch was writing at submit; settled (committed or failed) by the
   // owner's wait, never on the scheduler thread that commits the other batch.
-  std::vector<std::pair<uint32_t, uint32_t>> awaited_;
+  struct Awaited {
+    uint32_t req, chunk;
+    uint64_t slot, ticket;
+  };
+  std::vector<Awaited> awaited_;
+  std::vector<uint64_t> held_;         // store: slots pinned until finish (present, prefix)
+  void tombstone_reused();
   void settle();
   bool settled_ = false;
   std::vector<std::vector<LayerOp>> ops_;  // per layer, filled when it is issued

@@ -55,9 +55,67 @@ TEST(Index, PinnedSlotsAreNeverEvicted) {
 TEST(Index, AbandonFreesTheSlot) {
   Index ix(1);
   auto a = ix.allocate(K(1));
-  ix.abandon(a.slot);
+  ix.abandon(a.slot, false);
   EXPECT_EQ(ix.used(), 0u);
-  EXPECT_EQ(ix.allocate(K(2)).claim, Index::Claim::kAllocated);
+  auto b = ix.allocate(K(2));
+  EXPECT_EQ(b.claim, Index::Claim::kAllocated);
+  EXPECT_FALSE(b.reused);
+}
+
+// A slot whose record write (or tombstone) failed may still carry a durable record: whoever
+// takes it next must tombstone it first, however it came back to the free list.
+TEST(Index, DirtySlotIsTombstonedBeforeReuse) {
+  Index ix(1);
+  auto a = ix.allocate(K(1));
+  ix.abandon(a.slot, /*dirty=*/true);
+  auto b = ix.allocate(K(2));
+  ASSERT_EQ(b.claim, Index::Claim::kAllocated);
+  EXPECT_EQ(b.slot, a.slot);
+  EXPECT_TRUE(b.reused);
+  ix.abandon(b.slot, false);  // its tombstone went through, then its data write failed
+  EXPECT_FALSE(ix.allocate(K(3)).reused);
+}
+
+// A store's chunks already present are pinned by allocate: making room for its later chunks
+// cannot evict them.
+TEST(Index, PresentChunksArePinnedForTheStore) {
+  Index ix(2);
+  auto a = ix.allocate(K(1));
+  ix.commit(a.slot, ix.next_generation(), {});
+  auto p = ix.allocate(K(1));
+  ASSERT_EQ(p.claim, Index::Claim::kPresent);
+  auto b = ix.allocate(K(2));
+  ix.commit(b.slot, ix.next_generation(), {});
+  EXPECT_EQ(ix.allocate(K(3)).claim, Index::Claim::kAllocated);  // evicts 2, never 1
+  EXPECT_EQ(ix.match_prefix({K(1)}), 1u);
+  EXPECT_EQ(ix.match_prefix({K(2)}), 0u);
+  ix.unpin(p.slot);
+}
+
+// A lookup leaves a prefix's first chunk the most recent: eviction takes the chain's end.
+TEST(Index, EvictionTakesAChainFromItsEnd) {
+  Index ix(3);
+  for (uint64_t i = 1; i <= 3; ++i) ix.commit(ix.allocate(K(i)).slot, ix.next_generation(), {});
+  EXPECT_EQ(ix.match_prefix({K(1), K(2), K(3)}), 3u);
+  ix.allocate(K(4));
+  EXPECT_EQ(ix.match_prefix({K(1), K(2), K(3)}), 2u);
+}
+
+// Waiting for another store's write: committed is a success even once the chunk is evicted
+// again; a failed write is not.
+TEST(Index, SettledByTicket) {
+  Index ix(1);
+  auto w = ix.allocate(K(1));
+  auto seen = ix.allocate(K(1));
+  ASSERT_EQ(seen.claim, Index::Claim::kBeingWritten);
+  ix.commit(w.slot, ix.next_generation(), {});
+  auto other = ix.allocate(K(2));  // evicts K(1)
+  ASSERT_EQ(other.claim, Index::Claim::kAllocated);
+  EXPECT_TRUE(ix.wait_settled(seen.slot, seen.ticket));
+  auto seen2 = ix.allocate(K(2));
+  ASSERT_EQ(seen2.claim, Index::Claim::kBeingWritten);
+  ix.abandon(other.slot, false);
+  EXPECT_FALSE(ix.wait_settled(seen2.slot, seen2.ticket));
 }
 
 TEST(Index, RecoverKeepsNewestDuplicate) {
