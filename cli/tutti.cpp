@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 #include <atomic>
+#include <unordered_map>
 #include <vector>
 
 #include "binding/kv_binding.hpp"
@@ -51,7 +52,8 @@ const char* kUsage =
     "                       and waker threads, sqpoll = io_uring SQPOLL threads (gpu-uring)\n"
     "  fsck POOL... [--repair]\n"
     "                       check superblocks, commit records and every layer checksum;\n"
-    "                       --repair drops the records of chunks that fail\n"
+    "                       --repair clears every record that fails (its chunk becomes a miss);\n"
+    "                       exit 0 consistent (or repaired), 4 damage found\n"
     "  stats POOL...        occupancy, chunks and layout fingerprint of a pool\n"
     "\n"
     "bench options:\n"
@@ -768,17 +770,35 @@ int cmd_stats(int argc, char** argv) {
   return 0;
 }
 
+// Checks every superblock, record and data extent. Exit 0: consistent; 4: bad chunks or
+// records found (run with --repair); --repair tombstones every record that is unreadable,
+// foreign, misplaced, a stale duplicate or whose data fails its checksum, and then the pool
+// passes fsck (exit 0).
 int cmd_fsck(int argc, char** argv) {
   bool repair = false;
   auto pool = tutti::Pool::open_existing(pool_args(argc, argv, &repair));
   const auto& g = pool->geometry();
-  uint64_t torn = 0;
-  auto records = pool->read_records(&torn);
+  uint64_t unreadable = 0;
+  std::vector<std::pair<uint64_t, tutti::DecodeStatus>> bad_records;
+  auto records = pool->read_records(&unreadable, &bad_records);
   std::printf("superblocks: ok (%zu file(s), %s)\n", pool->files(), g.shape().describe().c_str());
-  std::printf("commit records: %zu valid, %" PRIu64 " failed their checksum (treated as free)\n", records.size(), torn);
+  std::printf("commit records: %zu valid, %zu not\n", records.size(), bad_records.size());
+  for (const auto& [slot, why] : bad_records)
+    std::printf("  slot %" PRIu64 ": record %s\n", slot, tutti::describe(why));
+  std::vector<uint64_t> drop;
+  for (const auto& br : bad_records) drop.push_back(br.first);
+  // A key in two records: the newer generation wins, as on open.
+  std::unordered_map<tutti::Key, const tutti::Record*, tutti::KeyHash> newest;
+  for (const auto& r : records) {
+    auto [it, fresh] = newest.emplace(r.key, &r);
+    if (fresh) continue;
+    const tutti::Record* loser = it->second->generation < r.generation ? it->second : &r;
+    if (loser != &r) it->second = &r;
+    std::printf("  slot %" PRIu64 ": stale duplicate of a newer record of the same chunk\n", loser->slot);
+    drop.push_back(loser->slot);
+  }
   tutti::AlignedBuffer buf(g.shape().layer_bytes());
-  std::vector<uint64_t> bad;
-  std::vector<tutti::Key> seen;
+  size_t bad_data = 0;
   double last = now_s();
   for (size_t i = 0; i < records.size(); ++i) {
     const auto& r = records[i];
@@ -786,26 +806,34 @@ int cmd_fsck(int argc, char** argv) {
       tutti::Extent e = g.layer_extent(r.slot, l);
       const auto& f = pool->file(e.file);
       ssize_t n = ::pread(f.fd.get(), buf.data(), e.length, static_cast<off_t>(e.offset));
-      if (n != static_cast<ssize_t>(e.length) || tutti::layer_sum(buf.data(), e.length) != r.layer_sums[l]) {
+      if (n != static_cast<ssize_t>(e.length)) {
+        std::printf("  slot %" PRIu64 ": layer %u cannot be read (%s)\n", r.slot, l,
+                    n < 0 ? std::strerror(errno) : "short read");
+      } else if (tutti::layer_sum(buf.data(), e.length) != r.layer_sums[l]) {
         std::printf("  slot %" PRIu64 ": layer %u fails its checksum\n", r.slot, l);
-        bad.push_back(r.slot);
-        break;
+      } else {
+        continue;
       }
+      drop.push_back(r.slot);
+      ++bad_data;
+      break;
     }
     if (now_s() - last > 1.0) {
       std::fprintf(stderr, "  checked %zu of %zu chunks\n", i + 1, records.size());
       last = now_s();
     }
   }
-  std::printf("data: %zu of %zu chunks verified, %zu bad\n", records.size() - bad.size(), records.size(), bad.size());
-  if (bad.empty()) return torn ? 1 : 0;
+  std::printf("data: %zu of %zu chunks verified, %zu bad\n", records.size() - bad_data, records.size(), bad_data);
+  std::sort(drop.begin(), drop.end());
+  drop.erase(std::unique(drop.begin(), drop.end()), drop.end());
+  if (drop.empty()) return 0;
   if (!repair) {
-    std::printf("run with --repair to drop the bad chunks (they become misses)\n");
+    std::printf("run with --repair to clear %zu record(s) (their chunks become misses)\n", drop.size());
     return 4;
   }
-  pool->write_tombstones(bad);
-  std::printf("repaired: dropped %zu chunk(s)\n", bad.size());
-  return 1;
+  pool->write_tombstones(drop);
+  std::printf("repaired: cleared %zu record(s)\n", drop.size());
+  return 0;
 }
 
 }  // namespace

@@ -135,7 +135,11 @@ typedef struct tutti_runtime tutti_runtime;
  * fingerprint is the model's KV shape. A pool is locked by the runtime that opened it:
  * a second runtime on the same files gets TUTTI_EBUSY until the first is closed. */
 TUTTI_API int tutti_runtime_open(const tutti_options* opts, tutti_runtime** out);
-/* Waits for in-flight batches, syncs and closes the pool. */
+/* Waits until every submitted batch has ended (loads landed, stores committed or failed), then
+ * closes the pool files and releases their locks, so the pool may be opened again at once,
+ * in this process too. A batch still alive afterwards keeps its results (tutti_batch_wait,
+ * _result, _chunk_status) and must still be destroyed; tutti_batch_submit on it returns
+ * TUTTI_ESTATE. Accepts NULL. */
 TUTTI_API void tutti_runtime_close(tutti_runtime* rt);
 
 /* The backend in use, e.g. "uring": a static string (`auto` is settled when the KV cache is

@@ -115,7 +115,14 @@ int tutti_runtime_open(const tutti_options* opts, tutti_runtime** out) {
   });
 }
 
-void tutti_runtime_close(tutti_runtime* rt) { delete rt; }
+void tutti_runtime_close(tutti_runtime* rt) {
+  if (!rt) return;
+  try {
+    rt->impl->close();
+  } catch (...) {  // close cannot report; the destructor still releases what is left
+  }
+  delete rt;
+}
 
 const char* tutti_runtime_backend(const tutti_runtime* rt) { return rt ? rt->impl->backend_name() : ""; }
 

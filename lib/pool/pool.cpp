@@ -324,7 +324,7 @@ std::unique_ptr<Pool> Pool::open_existing(const std::vector<PoolUri>& uris) {
   return open(opts, sb.shape);
 }
 
-std::vector<Record> Pool::read_records(uint64_t* torn) const {
+std::vector<Record> Pool::read_records(uint64_t* torn, std::vector<std::pair<uint64_t, DecodeStatus>>* bad_out) const {
   std::vector<Record> out;
   uint64_t bad = 0;
   const uint64_t spf = geometry_.slots_per_file();
@@ -340,10 +340,12 @@ std::vector<Record> Pool::read_records(uint64_t* torn) const {
         Record r;
         auto st = decode_record(reinterpret_cast<const uint8_t*>(buf.data()) + i * Geometry::kRecordBytes, uuid_,
                                 slot, geometry_.shape().layers, &r);
-        if (st == DecodeStatus::kOk)
+        if (st == DecodeStatus::kOk) {
           out.push_back(std::move(r));
-        else if (st != DecodeStatus::kBlank)
+        } else if (st != DecodeStatus::kBlank) {
           ++bad;
+          if (bad_out) bad_out->emplace_back(slot, st);
+        }
       }
     }
   }

@@ -46,8 +46,10 @@ class Pool {
   const PoolFile& file(size_t i) const { return files_[i]; }
   bool created() const { return created_; }
 
-  // Every valid commit record; `torn` counts records that failed their checksum.
-  std::vector<Record> read_records(uint64_t* torn = nullptr) const;
+  // Every valid commit record; `torn` counts the records that are neither valid nor blank,
+  // and `bad`, if given, receives each one's slot and why (fsck).
+  std::vector<Record> read_records(uint64_t* torn = nullptr,
+                                   std::vector<std::pair<uint64_t, DecodeStatus>>* bad = nullptr) const;
   // Writes records (or tombstones for `free_slots`) and makes them durable.
   void write_records(std::span<const Record> records) const;
   void write_tombstones(std::span<const uint64_t> slots) const;

@@ -30,6 +30,45 @@ Runtime::~Runtime() {
   dram_.reset();       // unpins the mapped pool
 }
 
+void Runtime::close() {
+  std::lock_guard lock(mu_);
+  closed_ = true;
+  {
+    std::unique_lock r(running_mu_);
+    running_cv_.wait(r, [&] { return running_ == 0; });
+  }
+  // The same order as the destructor; the device, index and binding stay for the batches
+  // that outlive the handle (their results, their pinned descriptors).
+  scheduler_.reset();
+  gpu_uring_.reset();
+  load_backend_.reset();
+  backend_.reset();
+  tier_.reset();
+  load_staging_.reset();
+  load_arena_.reset();
+  staging_pin_.reset();
+  staging_.reset();
+  dram_.reset();
+  pool_.reset();
+}
+
+void Runtime::require_open() const {
+  TUTTI_EXPECT_CODE(!closed_, TUTTI_ESTATE, "the runtime was closed (tutti_runtime_close)");
+}
+
+void Runtime::batch_started() {
+  std::lock_guard r(running_mu_);
+  ++running_;
+}
+
+void Runtime::batch_ended() {
+  {
+    std::lock_guard r(running_mu_);
+    --running_;
+  }
+  running_cv_.notify_all();
+}
+
 void Runtime::require_registered() const {
   TUTTI_EXPECT_CODE(binding_ != nullptr, TUTTI_ESTATE, "no KV cache registered (call tutti_runtime_register_kv first)");
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,6 +39,14 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   void register_kv(const tutti_kv_layout& layout);
+  // tutti_runtime_close: waits for every submitted batch to end, then releases the pool (its
+  // files and locks), the I/O threads and staging. Batches still alive may be read and
+  // destroyed; anything that would move data again fails with TUTTI_ESTATE.
+  void close();
+  void require_open() const;
+  // Submitted batches, counted so that close() can wait for them.
+  void batch_started();
+  void batch_ended();
   size_t lookup(const int32_t* tokens, size_t n, const void* salt, size_t salt_len);
   const char* backend_name() const { return backend_name_.load(); }
   tutti_stats stats() const;
@@ -68,7 +77,11 @@ class Runtime {
  private:
   Config cfg_;
   std::atomic<const char*> backend_name_{""};  // a static string; settled at register_kv
-  std::mutex mu_;  // registration
+  std::mutex mu_;  // registration, close
+  std::mutex running_mu_;
+  std::condition_variable running_cv_;
+  uint64_t running_ = 0;  // batches submitted and not ended
+  std::atomic<bool> closed_{false};
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<Index> index_;
   std::unique_ptr<KvBinding> binding_;

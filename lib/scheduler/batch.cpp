@@ -211,6 +211,17 @@ void Batch::add(const tutti_request* reqs, size_t n) {
 
 void Batch::submit() {
   TUTTI_EXPECT_CODE(state_ == State::kBuilding, TUTTI_ESTATE, "the batch was already submitted");
+  rt_->require_open();
+  rt_->batch_started();
+  try {
+    plan();
+  } catch (...) {
+    rt_->batch_ended();
+    throw;
+  }
+}
+
+void Batch::plan() {
   Index& index = rt_->index();
   const KvBinding& kv = rt_->binding();
   const size_t ct = rt_->config().chunk_tokens;
@@ -778,6 +789,7 @@ void Batch::finish() {
   }
   for (uint64_t slot : held_) rt_->index().unpin(slot);
   held_.clear();
+  rt_->batch_ended();  // the last use of the runtime's I/O side: close() may go on
   for (Request& q : reqs_) {
     fail_after_first_error(q.status);
     c.failed_chunks += std::count_if(q.status.begin(), q.status.end(), [](int s) { return s != 0; });

@@ -79,6 +79,7 @@ class Batch {
     std::vector<uint64_t> sums;        // store: per-layer checksums
   };
 
+  void plan();  // submit's work, once the runtime counts the batch
   void op_done(LayerOp& op, int64_t res);
   // Every op of `layer` is over: in CUDA memory the layer still has to be scattered.
   void layer_io_done(uint32_t layer);

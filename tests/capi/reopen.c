@@ -232,9 +232,9 @@ static int corrupt_row(const char* path, const unsigned char* row, size_t len) {
   return rc;
 }
 
-/* A flipped byte on disk is caught with verify=1: TUTTI_ECORRUPT for that chunk, the chunks
- * before it load fine. */
-static void test_corrupt_verify(void** state) {
+/* A flipped byte on disk is caught with the default options: TUTTI_ECORRUPT for that chunk,
+ * the chunks before it load fine. */
+static void test_corrupt_default(void** state) {
   th_env* env = *state;
   uint64_t rng = th_base_seed() ^ 0xD4;
   th_kv_spec spec = base_spec();
@@ -264,8 +264,7 @@ static void test_corrupt_verify(void** state) {
     skip();
   }
 
-  const char* verify[] = {"verify", "1", NULL};
-  TH_OK(th_open(&rt, env->dir, "8M", CT, verify, kv));
+  TH_OK(th_open(&rt, env->dir, "8M", CT, NULL, kv));
   th_kv_poison_blocks(kv, ld, nb);
   tutti_request r = th_request(&p, ld, nb, 0, 0);
   tutti_result res;
@@ -293,12 +292,61 @@ static void test_corrupt_verify(void** state) {
   th_kv_destroy(kv);
 }
 
+/* Closing a runtime while batches are alive: close waits for the submitted one, releases the
+ * pool so this very process can open it again, and leaves the batches readable; the one never
+ * submitted can no longer be. */
+static void test_close_with_live_batches(void** state) {
+  th_env* env = *state;
+  uint64_t rng = th_base_seed() ^ 0xC7;
+  th_kv_spec spec = base_spec();
+  th_kv* kv = NULL;
+  TH_OK(th_kv_create(&kv, &spec));
+  th_prompt p;
+  th_prompt_random(&p, &rng, 2 * CT);
+  size_t nb = th_nblocks(p.n, spec.block_tokens);
+  int32_t st[16], ld[16];
+  th_blocks alloc;
+  th_blocks_init(&alloc, spec.num_blocks, &rng);
+  th_blocks_take(&alloc, st, nb);
+  th_blocks_take(&alloc, ld, nb);
+  tutti_runtime* rt = NULL;
+  TH_OK(th_open(&rt, env->dir, "8M", CT, NULL, kv));
+  th_store_prompt(rt, kv, &p, st, nb);
+  th_kv_poison_blocks(kv, ld, nb);
+  th_kv_expect(kv, &p, ld, 0, p.n);
+  tutti_request r = th_request(&p, ld, nb, 0, 0);
+  tutti_batch *running = NULL, *idle = NULL;
+  TH_OK(tutti_batch_create(rt, TUTTI_OP_LOAD, &running));
+  TH_OK(tutti_batch_add(running, &r, 1));
+  TH_OK(tutti_batch_submit(running));
+  TH_OK(tutti_batch_create(rt, TUTTI_OP_LOAD, &idle));
+  TH_OK(tutti_batch_add(idle, &r, 1));
+  tutti_runtime_close(rt);
+
+  tutti_runtime* again = NULL;
+  TH_OK(th_open(&again, env->dir, "8M", CT, NULL, kv)); /* not TUTTI_EBUSY */
+  TH_EQ(th_lookup(again, &p), p.n);
+  TH_OK(tutti_batch_wait(running));
+  tutti_result res;
+  TH_OK(tutti_batch_result(running, 0, &res));
+  TH_EQ(res.tokens, p.n);
+  TH_VERIFY_ALL(kv);
+  TH_ERR(TUTTI_ESTATE, tutti_batch_submit(idle));
+  tutti_batch_destroy(running);
+  tutti_batch_destroy(idle);
+  tutti_runtime_close(again);
+  th_prompt_free(&p);
+  th_blocks_free(&alloc);
+  th_kv_destroy(kv);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_close_with_live_batches, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_reopen, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_reopen_other_layout, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_striped, th_setup_dir, th_teardown_dir),
-      cmocka_unit_test_setup_teardown(test_corrupt_verify, th_setup_dir, th_teardown_dir),
+      cmocka_unit_test_setup_teardown(test_corrupt_default, th_setup_dir, th_teardown_dir),
   };
   if (th_require_pool() == TH_SKIP) return TH_SKIP;
   return cmocka_run_group_tests_name("reopen", tests, NULL, NULL);
