@@ -52,7 +52,8 @@ typedef enum tutti_error {
   TUTTI_ENOMEM = -2,       /* host memory could not be allocated */
   TUTTI_EIO = -3,          /* the storage device reported an error */
   TUTTI_ENOSPC = -4,       /* the pool (or the disk under it) is full */
-  TUTTI_ENOENT = -5,       /* a chunk is not in the pool (evicted, never stored) */
+  TUTTI_ENOENT = -5,       /* a chunk is not in the pool (evicted, never stored; for a store:
+                              another batch was storing it and failed) */
   TUTTI_ELAYOUT = -6,      /* the pool was created for another KV layout */
   TUTTI_ECORRUPT = -7,     /* on-disk data failed a checksum; it is never handed back */
   TUTTI_ESTATE = -8,       /* the call is not valid in the object's current state */
@@ -82,7 +83,7 @@ TUTTI_API const char* tutti_last_error(void);
  *                    in host memory: nvme where it works, else passthru.
  *                    gpu-uring: loads into CUDA memory whose io_uring submissions the GPU
  *                    writes and whose completions it polls. cufile: loads into CUDA memory
- *                    through NVIDIA cuFile. (Both: stores through uring, verify=0 only.)
+ *                    through NVIDIA cuFile. (Both: stores through uring.)
  *                    dram: a pool on tmpfs, mapped; CUDA memory is copied to and from it by
  *                    kernels, with no I/O. passthru: loads as NVMe Read commands through
  *                    io_uring on the namespace's /dev/ngXnY (pool on an NVMe namespace; the
@@ -97,7 +98,11 @@ TUTTI_API const char* tutti_last_error(void);
  *                    tiers, kept only for comparison).
  *   direct_to_blocks auto | on | off. Read/write straight between the SSD and the KV blocks with
  *                    vectored I/O when the layout is aligned (auto, default); off always stages.
- *   verify           0 | 1. Check each layer's checksum on load (default 0; fsck always does).
+ *   verify           on | unsafe-off. on (default): every chunk-layer loaded is checked against
+ *                    the checksum stored with it, where its bytes land (by the I/O thread in
+ *                    host memory; by a checksum kernel on the GPU in CUDA memory); a mismatch
+ *                    fails that chunk with TUTTI_ECORRUPT. unsafe-off skips the checks: a
+ *                    damaged pool then hands back wrong KV as success.
  *   dram_tier        bytes of host memory above the pool (default 0: none) that keep the
  *                    chunk-layers most recently stored or loaded: a load of one still there
  *                    is a memcpy, not an I/O. Write-through; the pool stays the truth. With the

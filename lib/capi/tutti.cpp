@@ -207,8 +207,11 @@ int tutti_batch_wait_layer_async(tutti_batch* b, uint32_t layer, void* cuda_stre
 int tutti_batch_wait(tutti_batch* b) {
   return guard([&] {
     need(b, "batch");
-    if (int rc = b->impl->wait())
-      tutti::fail(rc, std::string("a request of the batch failed: ") + tutti_strerror(rc) + " (see tutti_batch_result)");
+    if (int rc = b->impl->wait()) {
+      const std::string why = b->impl->first_error();
+      tutti::fail(rc, std::string("a request of the batch failed: ") + tutti_strerror(rc) +
+                          (why.empty() ? "" : " (" + why + ")") + "; tutti_batch_result says which");
+    }
   });
 }
 

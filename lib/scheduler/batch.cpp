@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <string>
 
 #include "common/checksum.hpp"
 #include "common/error.hpp"
@@ -460,6 +461,18 @@ void Batch::fail_item(Item& it, int code) {
   it.error.compare_exchange_strong(expected, code);  // the first error stays
 }
 
+void Batch::note_error(const Item& it, uint32_t layer, const std::string& what) {
+  std::lock_guard lock(mu_);
+  if (!first_error_.empty()) return;
+  first_error_ = "request " + std::to_string(it.req) + ", chunk " + std::to_string(reqs_[it.req].first_chunk + it.chunk) +
+                 ", layer " + std::to_string(layer) + ": " + what;
+}
+
+std::string Batch::first_error() const {
+  std::lock_guard lock(mu_);
+  return first_error_;
+}
+
 void Batch::fail_all(int code) {
   for (Item& it : items_) fail_item(it, code);
 }
@@ -601,6 +614,7 @@ void Batch::check_terms(uint32_t i, uint32_t layer, uint64_t terms) {
   Item& it = items_[i];
   if (layer_sum_of_terms(terms, rt_->binding().shape().layer_bytes()) == rt_->index().layer_sums(it.slot)[layer]) return;
   fail_item(it, TUTTI_ECORRUPT);
+  note_error(it, layer, "checksum mismatch in the blocks it landed in (the pool holds other bytes than were stored)");
   forget_cached(it, layer);
 }
 
@@ -690,7 +704,15 @@ void Batch::op_done(LayerOp& op, int64_t res) {
   if (res == static_cast<int64_t>(op.length)) {
     (op.write ? c.bytes_written : c.bytes_read) += op.length;
   } else {
-    fail_item(items_[op.item], code_of(res));
+    Item& it = items_[op.item];
+    fail_item(it, code_of(res));
+    const Extent e = rt_->pool().geometry().layer_extent(it.slot, op.layer);
+    const std::string where = rt_->pool().file(e.file).path + " at offset " + std::to_string(op.offset);
+    note_error(it, op.layer,
+               res == -EBADMSG ? "checksum mismatch: the bytes read from " + where + " are not the ones stored"
+               : res < 0       ? std::string(op.write ? "write to " : "read of ") + where + ": " + std::strerror(static_cast<int>(-res))
+                               : std::string(op.write ? "short write to " : "short read of ") + where + " (" +
+                                     std::to_string(res) + " of " + std::to_string(op.length) + " bytes)");
   }
   if (pending_[op.layer].fetch_sub(1) == 1) layer_io_done(op.layer);
   release();
@@ -720,6 +742,7 @@ void Batch::check_layer(uint32_t layer) {
       if (it.error.load()) continue;
       if (extent_checksum(kv, layer, it.blocks) != rt_->index().layer_sums(it.slot)[layer]) {
         fail_item(it, TUTTI_ECORRUPT);
+        note_error(it, layer, "checksum mismatch in the blocks it landed in (the pool holds other bytes than were stored)");
         forget_cached(it, layer);
       }
     }

@@ -9,6 +9,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "datapath/backend.hpp"
@@ -47,6 +48,7 @@ class Batch {
   void wait_layer(uint32_t layer);
   void wait_layer_async(uint32_t layer, void* stream);
   int wait();
+  std::string first_error() const;  // "" if none was noted
   tutti_result result(size_t request);
   size_t chunk_status(size_t request, int* out, size_t cap);
   bool is_load() const { return op_ == TUTTI_OP_LOAD; }
@@ -99,6 +101,10 @@ class Batch {
   void check_landed(uint32_t layer, const int32_t* status);
   uint64_t layer_terms_dev(uint32_t layer) const;  // 0 without checks
   static void fail_item(Item& it, int code);  // the first error of a chunk stays
+  // The batch's first failure in words: which request, chunk and layer, the file, offset
+  // and errno, or the checksum that did not match.
+  void note_error(const Item& it, uint32_t layer, const std::string& what);
+  std::string first_error_;  // guarded by mu_
   void forget_cached(const Item& it, uint32_t layer);  // bytes that failed their checksum
   void fail_all(int code);
   // CUDA host callbacks: on_landed<F> calls F(layer) for the Landed it was given.
