@@ -8,7 +8,9 @@
  * A lease pins its own memory and DMA-maps it (or a dma-buf) for an NVMe controller that an
  * operator dedicated to tutti (nvme.c in this folder), and gets polled I/O queue pairs on that
  * controller, mapped into its address space with their doorbells. Release order: queues are
- * deleted first (the controller stops touching memory), then DMA mappings, then pins.
+ * deleted first (the controller stops touching memory), then DMA mappings, then pins. Pins are
+ * charged as locked memory (RLIMIT_MEMLOCK); CAP_SYS_ADMIN is checked at open and again at
+ * every call that makes a controller act, since the file can outlive its opener's privilege.
  */
 #include <linux/dma-buf.h>
 #include <linux/dma-map-ops.h>
@@ -18,6 +20,9 @@
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/signal.h>
+#include <linux/sched/user.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -35,6 +40,8 @@ struct tutti_pinned {
 	struct page **pages;
 	unsigned long npages;
 	unsigned int maps; /* DMA mappings of this range: it cannot be unpinned while mapped */
+	struct user_struct *user; /* charged with npages against RLIMIT_MEMLOCK, or NULL */
+	struct mm_struct *mm;     /* whose pinned_vm counts them (VmPin) */
 };
 
 /* A DMA mapping for one controller: of a pinned range, or of a dma-buf attachment. */
@@ -126,12 +133,62 @@ static void tutti_unmap(struct tutti_map *m)
 	kfree(m);
 }
 
+/*
+ * Charges a range about to be pinned to the caller, as io_uring does for its buffers: to its
+ * user's locked memory, held against RLIMIT_MEMLOCK unless it has CAP_IPC_LOCK, and to its
+ * mm's pinned_vm (VmPin in /proc/PID/status). The charge goes with the pin, whoever ends it:
+ * UNPIN, the close of the file, or the death of the process.
+ */
+static int tutti_charge(struct tutti_pinned *p)
+{
+	unsigned long limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
+	struct user_struct *user = current_user();
+	long cur, next;
+
+	if (!capable(CAP_IPC_LOCK)) {
+		cur = atomic_long_read(&user->locked_vm);
+		do {
+			next = cur + p->npages;
+			if (next < cur || (unsigned long)next > limit)
+				return -ENOMEM;
+		} while (!atomic_long_try_cmpxchg(&user->locked_vm, &cur, next));
+		p->user = get_uid(user);
+	}
+	mmgrab(current->mm);
+	p->mm = current->mm;
+	atomic64_add(p->npages, &p->mm->pinned_vm);
+	return 0;
+}
+
+static void tutti_uncharge(struct tutti_pinned *p)
+{
+	if (p->user) {
+		atomic_long_sub(p->npages, &p->user->locked_vm);
+		free_uid(p->user);
+	}
+	atomic64_sub(p->npages, &p->mm->pinned_vm);
+	mmdrop(p->mm);
+}
+
 static void tutti_unpin(struct tutti_pinned *p)
 {
 	unpin_user_pages(p->pages, p->npages);
+	tutti_uncharge(p);
 	atomic_long_sub(p->npages, &tutti_pinned_pages);
 	kvfree(p->pages);
 	kfree(p);
+}
+
+/*
+ * May the caller make a controller do anything: send it commands, get queues on it, DMA-map
+ * memory for it? The file may have been opened by root and then handed on (inherited over
+ * fork, passed over a socket) or kept by a process that dropped its privileges: the check is
+ * made at every such call, not only at open. Calls that only release what the lease holds,
+ * and PIN (the caller's own memory, held against its RLIMIT_MEMLOCK), need no privilege.
+ */
+static bool tutti_may_drive(void)
+{
+	return capable(CAP_SYS_ADMIN);
 }
 
 static int tutti_open(struct inode *inode, struct file *file)
@@ -139,7 +196,7 @@ static int tutti_open(struct inode *inode, struct file *file)
 	struct tutti_lease *lease;
 
 	/* The device node is root's (0600); DMA is not for anyone else either. */
-	if (!capable(CAP_SYS_ADMIN))
+	if (!tutti_may_drive())
 		return -EPERM;
 	lease = kzalloc(sizeof(*lease), GFP_KERNEL);
 	if (!lease)
@@ -207,7 +264,7 @@ static long tutti_pin(struct tutti_lease *lease, void __user *arg)
 {
 	struct tutti_pin req;
 	struct tutti_pinned *p;
-	long got;
+	long got, ret;
 
 	if (copy_from_user(&req, arg, sizeof(req)))
 		return -EFAULT;
@@ -220,19 +277,20 @@ static long tutti_pin(struct tutti_lease *lease, void __user *arg)
 	if (!p)
 		return -ENOMEM;
 	p->npages = req.length >> PAGE_SHIFT;
+	ret = tutti_charge(p);
+	if (ret)
+		goto out_free;
+	ret = -ENOMEM;
 	p->pages = kvmalloc_array(p->npages, sizeof(*p->pages), GFP_KERNEL);
-	if (!p->pages) {
-		kfree(p);
-		return -ENOMEM;
-	}
+	if (!p->pages)
+		goto out_uncharge;
 	/* Long-term pins: the device may DMA into these pages at any time until unpinned. */
 	got = pin_user_pages_fast(req.addr, p->npages, FOLL_WRITE | FOLL_LONGTERM, p->pages);
 	if (got != (long)p->npages) {
 		if (got > 0)
 			unpin_user_pages(p->pages, got);
-		kvfree(p->pages);
-		kfree(p);
-		return got < 0 ? got : -EFAULT;
+		ret = got < 0 ? got : -EFAULT;
+		goto out_uncharge;
 	}
 	atomic_long_add(p->npages, &tutti_pinned_pages);
 	mutex_lock(&lease->lock);
@@ -243,6 +301,13 @@ static long tutti_pin(struct tutti_lease *lease, void __user *arg)
 	if (copy_to_user(arg, &req, sizeof(req)))
 		return -EFAULT; /* still pinned: released with the handle or the lease */
 	return 0;
+
+out_uncharge:
+	tutti_uncharge(p);
+	kvfree(p->pages);
+out_free:
+	kfree(p);
+	return ret;
 }
 
 static long tutti_unpin_handle(struct tutti_lease *lease, void __user *arg)
@@ -520,6 +585,8 @@ static int tutti_mmap(struct file *file, struct vm_area_struct *vma)
 
 	if (!(vma->vm_flags & VM_SHARED))
 		return -EINVAL;
+	if (!tutti_may_drive()) /* queues and doorbells */
+		return -EPERM;
 	mutex_lock(&lease->lock);
 	found = tutti_find(&lease->qps, struct tutti_qp_mem, token, token);
 	ret = found ? tutti_qp_mmap(found, region, vma) : -ENOENT;
@@ -543,6 +610,9 @@ static long tutti_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	struct tutti_lease *lease = file->private_data;
 	void __user *uarg = (void __user *)arg;
 
+	/* Commands that make a controller act; the rest read or release what the lease holds. */
+	if ((cmd == TUTTI_IOC_CTRL_INFO || cmd == TUTTI_IOC_CREATE_QP || cmd == TUTTI_IOC_MAP_DMA) && !tutti_may_drive())
+		return -EPERM;
 	switch (cmd) {
 	case TUTTI_IOC_GET_VERSION:
 		return tutti_get_version(uarg);

@@ -28,7 +28,7 @@ enum {
 	REG_AQA = 0x24,
 	REG_ASQ = 0x28,
 	REG_ACQ = 0x30,
-	REG_DOORBELLS = 0x1000,
+	REG_DOORBELLS = TUTTI_NVME_DOORBELLS,
 };
 #define CC_ENABLE 1u
 #define CC_IOSQES (6u << 16) /* 64-byte SQEs */
@@ -57,7 +57,7 @@ struct cqe {
 	__le32 result;
 	__le32 reserved;
 	__le16 sq_head, sq_id;
-	__u16 cid;
+	__le16 cid;
 	__le16 status; /* bit 0: phase */
 };
 
@@ -101,57 +101,123 @@ static int wait_csts(struct tutti_ctrl *c, u32 mask, u32 want)
 	return 0;
 }
 
+/* Admin completions that answered no command the module was waiting for. */
+static atomic_long_t admin_foreign = ATOMIC_LONG_INIT(0);
+
+/* For tests (tests/kmod/nvme_test.cpp): the next admin command is written this many entries
+ * further on, so that the controller first runs as many zeroed entries, whose completions
+ * arrive while the command is awaited. Read once and reset; at most ADMIN_DEPTH - 2. */
+static unsigned int admin_skip;
+module_param(admin_skip, uint, 0600);
+MODULE_PARM_DESC(admin_skip, "test: zeroed admin entries the controller runs before the next admin command");
+
+static int admin_foreign_get(char *buf, const struct kernel_param *kp)
+{
+	return sysfs_emit(buf, "%ld\n", atomic_long_read(&admin_foreign));
+}
+static const struct kernel_param_ops admin_foreign_ops = { .get = admin_foreign_get };
+module_param_cb(admin_foreign_completions, &admin_foreign_ops, NULL, 0444);
+MODULE_PARM_DESC(admin_foreign_completions, "admin completions skipped: their command id was not the one awaited");
+
+/*
+ * Under admin_lock: takes every completion the controller has posted on the admin queue.
+ * Returns true if one of them answers command id `cid` (0: none is awaited), submitted in
+ * submission-queue entry `slot`; its status and result go to *status and *result.
+ *
+ * Any other completion is foreign. The doorbell page is shared with user space, so a stale
+ * write of the admin doorbell can make the controller run entries the module zeroed (command
+ * id 0, which the module never uses): their completions answer nothing and are skipped, so
+ * they can never pass for the completion of a command that creates or deletes a queue. Each
+ * tells how far the controller has read the submission queue; the next command goes there.
+ */
+static bool admin_reap(struct tutti_ctrl *c, u16 cid, u16 slot, u16 *status, u32 *result, unsigned int *foreign)
+{
+	bool found = false, reaped = false;
+	struct cqe *cqe;
+	u16 head;
+
+	for (;;) {
+		cqe = c->acq + c->acq_head * sizeof(*cqe);
+		if ((le16_to_cpu(READ_ONCE(cqe->status)) & 1) != c->acq_phase)
+			break;
+		dma_rmb();
+		if (cid && !found && le16_to_cpu(READ_ONCE(cqe->cid)) == cid && !le16_to_cpu(cqe->sq_id)) {
+			found = true;
+			*status = le16_to_cpu(cqe->status) >> 1;
+			*result = le32_to_cpu(cqe->result);
+			c->asq_tail = (slot + 1) % ADMIN_DEPTH;
+		} else {
+			atomic_long_inc(&admin_foreign);
+			(*foreign)++;
+			head = le16_to_cpu(cqe->sq_head);
+			if (head < ADMIN_DEPTH)
+				c->asq_tail = head;
+		}
+		if (++c->acq_head == ADMIN_DEPTH) {
+			c->acq_head = 0;
+			c->acq_phase ^= 1;
+		}
+		reaped = true;
+	}
+	if (reaped)
+		writel(c->acq_head, c->bar + doorbell(c, 0, true));
+	return found;
+}
+
 /*
  * Runs one admin command (16 dwords; the command id is set here) and polls for its
- * completion. Returns 0, a negative errno, or the NVMe status (positive) the command ended with.
+ * completion: the one that carries its command id. Returns 0, a negative errno, or the NVMe
+ * status (positive) the command ended with.
  */
 static int admin(struct tutti_ctrl *c, u32 cmd[16], u32 *result)
 {
+	unsigned int foreign = 0;
 	unsigned long deadline;
-	struct cqe *cqe;
-	u16 status;
+	u16 cid, slot, status = 0;
+	u32 res = 0;
 	int ret = 0;
 
 	mutex_lock(&c->admin_lock);
 	if (c->dead) {
-		mutex_unlock(&c->admin_lock);
-		return -ENODEV;
+		ret = -ENODEV;
+		goto out;
 	}
-	cmd[0] = (cmd[0] & 0xffff) | ((u32)c->admin_cid++ << 16);
-	memcpy(c->asq + c->asq_tail * 64, cmd, 64);
-	c->asq_tail = (c->asq_tail + 1) % ADMIN_DEPTH;
+	admin_reap(c, 0, 0, &status, &res, &foreign); /* foreign completions posted since the last command */
+	do
+		cid = ++c->admin_cid;
+	while (!cid);
+	slot = (c->asq_tail + min(xchg(&admin_skip, 0), ADMIN_DEPTH - 2u)) % ADMIN_DEPTH;
+	cmd[0] = (cmd[0] & 0xffff) | ((u32)cid << 16);
+	memcpy(c->asq + slot * 64, cmd, 64);
+	c->asq_tail = (slot + 1) % ADMIN_DEPTH;
 	dma_wmb();
 	writel(c->asq_tail, c->bar + doorbell(c, 0, false));
 
-	cqe = c->acq + c->acq_head * sizeof(*cqe);
 	deadline = jiffies + msecs_to_jiffies(ADMIN_TIMEOUT_MS);
-	while ((le16_to_cpu(READ_ONCE(cqe->status)) & 1) != c->acq_phase) {
+	while (!admin_reap(c, cid, slot, &status, &res, &foreign)) {
 		if (time_after(jiffies, deadline)) {
 			/* A controller that does not answer its admin queue is of no further use; it is
 			 * stopped before anyone frees memory it might still reach. */
 			dev_err(&c->pdev->dev, "tutti_nvme: admin opcode 0x%02x timed out: disabling\n", cmd[0] & 0xff);
 			ctrl_stop(c);
-			mutex_unlock(&c->admin_lock);
-			return -ETIMEDOUT;
+			ret = -ETIMEDOUT;
+			goto out;
 		}
 		usleep_range(10, 100);
 	}
-	dma_rmb();
-	status = le16_to_cpu(cqe->status) >> 1;
-	if (result)
-		*result = le32_to_cpu(cqe->result);
-	if (++c->acq_head == ADMIN_DEPTH) {
-		c->acq_head = 0;
-		c->acq_phase ^= 1;
-	}
-	writel(c->acq_head, c->bar + doorbell(c, 0, true));
 	/* A stale entry rung again (the doorbell page is shared with user space) is a no-op:
 	 * opcode 0 with queue id 0 is refused by the controller. */
-	memset(c->asq + ((c->asq_tail + ADMIN_DEPTH - 1) % ADMIN_DEPTH) * 64, 0, 64);
+	memset(c->asq + slot * 64, 0, 64);
+	if (foreign)
+		dev_warn_ratelimited(&c->pdev->dev, "tutti_nvme: %u admin completion(s) of no command awaited skipped\n",
+				     foreign);
+	if (result)
+		*result = res;
 	if (status) {
 		dev_warn(&c->pdev->dev, "tutti_nvme: admin opcode 0x%02x: status 0x%x\n", cmd[0] & 0xff, status);
 		ret = status;
 	}
+out:
 	mutex_unlock(&c->admin_lock);
 	return ret;
 }
@@ -202,6 +268,15 @@ static void qp_release_qid(struct tutti_qp_mem *q)
 	mutex_unlock(&q->ctrl->admin_lock);
 }
 
+/* May the page holding queue `qid`'s doorbells be mapped into user space (tutti_nvme.h)? */
+static bool doorbells_mappable(struct tutti_ctrl *c, u16 qid)
+{
+	u64 page = doorbell(c, qid, false) & PAGE_MASK;
+
+	return tutti_doorbell_page_ok(page, PAGE_SIZE, c->dstrd, c->max_queues) &&
+	       page + PAGE_SIZE <= pci_resource_len(c->pdev, 0);
+}
+
 struct tutti_qp_mem *tutti_qp_create(struct tutti_ctrl *c, u32 depth)
 {
 	struct tutti_qp_mem *q;
@@ -217,33 +292,35 @@ struct tutti_qp_mem *tutti_qp_create(struct tutti_ctrl *c, u32 depth)
 		return ERR_PTR(-ENOMEM);
 	q->ctrl = c;
 	q->depth = depth;
-	q->region_bytes[TUTTI_QP_SQ] = PAGE_ALIGN(depth * 64);
-	q->region_bytes[TUTTI_QP_CQ] = PAGE_ALIGN(depth * sizeof(struct cqe));
-	q->region_bytes[TUTTI_QP_DOORBELLS] = PAGE_SIZE;
-	q->region_bytes[TUTTI_QP_LISTS] = depth * PAGE_SIZE;
-	for (r = 0; r < TUTTI_QP_REGIONS; r++) {
-		if (r == TUTTI_QP_DOORBELLS)
-			continue;
-		q->mem[r] = dma_alloc_coherent(&c->pdev->dev, q->region_bytes[r], &q->dma[r], GFP_KERNEL);
-		if (!q->mem[r]) {
-			qp_free_memory(q);
-			kfree(q);
-			return ERR_PTR(-ENOMEM);
-		}
-	}
-	q->lists_dma = q->dma[TUTTI_QP_LISTS];
-
 	mutex_lock(&c->admin_lock);
 	qid = find_next_zero_bit(c->qids, c->max_queues + 1, 1);
 	if (qid <= c->max_queues)
 		set_bit(qid, c->qids);
 	mutex_unlock(&c->admin_lock);
-	if (qid > c->max_queues) {
-		qp_free_memory(q);
-		kfree(q);
-		return ERR_PTR(-EBUSY); /* every queue pair the controller granted is in use */
-	}
+	ret = -EBUSY; /* every queue pair the controller granted is in use */
+	if (qid > c->max_queues)
+		goto out_free;
 	q->qid = qid;
+	if (!doorbells_mappable(c, qid)) {
+		dev_warn_ratelimited(&c->pdev->dev,
+				     "tutti_nvme: the %lu-byte page with the doorbells of queue %u holds other registers too: no queue pair\n",
+				     PAGE_SIZE, qid);
+		ret = -EOPNOTSUPP;
+		goto out_qid;
+	}
+	q->region_bytes[TUTTI_QP_SQ] = PAGE_ALIGN(depth * 64);
+	q->region_bytes[TUTTI_QP_CQ] = PAGE_ALIGN(depth * sizeof(struct cqe));
+	q->region_bytes[TUTTI_QP_DOORBELLS] = PAGE_SIZE;
+	q->region_bytes[TUTTI_QP_LISTS] = depth * PAGE_SIZE;
+	ret = -ENOMEM;
+	for (r = 0; r < TUTTI_QP_REGIONS; r++) {
+		if (r == TUTTI_QP_DOORBELLS)
+			continue;
+		q->mem[r] = dma_alloc_coherent(&c->pdev->dev, q->region_bytes[r], &q->dma[r], GFP_KERNEL);
+		if (!q->mem[r])
+			goto out_memory;
+	}
+	q->lists_dma = q->dma[TUTTI_QP_LISTS];
 
 	/* Polled: no interrupt vector (IEN = 0); physically contiguous (PC = 1). */
 	cmd[0] = ADM_CREATE_CQ;
@@ -266,23 +343,26 @@ struct tutti_qp_mem *tutti_qp_create(struct tutti_ctrl *c, u32 depth)
 			cmd[10] = qid;
 			if (admin(c, cmd, NULL) && !READ_ONCE(c->dead)) {
 				dev_err(&c->pdev->dev, "tutti_nvme: a half-made queue pair %u stays: its memory is kept\n", qid);
-				kfree(q);
-				return ERR_PTR(ret);
+				goto out_free;
 			}
 		}
 	}
-	if (ret) { /* nothing of it is left on the controller, or the controller is stopped */
-		qp_release_qid(q);
-		qp_free_memory(q);
-		kfree(q);
-		return ERR_PTR(ret);
-	}
+	if (ret) /* nothing of it is left on the controller, or the controller is stopped */
+		goto out_memory;
 	dboff = doorbell(c, qid, false);
 	q->doorbell_page = c->bar_phys + (dboff & PAGE_MASK);
 	q->sq_doorbell = dboff & ~PAGE_MASK;
 	q->cq_doorbell = doorbell(c, qid, true) - (dboff & PAGE_MASK);
 	kref_get(&c->ref);
 	return q;
+
+out_memory:
+	qp_free_memory(q);
+out_qid:
+	qp_release_qid(q);
+out_free:
+	kfree(q);
+	return ERR_PTR(ret);
 }
 
 /*
@@ -461,7 +541,7 @@ static int tutti_nvme_probe(struct pci_dev *pdev, const struct pci_device_id *id
 {
 	u32 cmd[16] = { ADM_SET_FEATURES }, result = 0;
 	struct tutti_ctrl *c, *it;
-	unsigned int index = 0;
+	unsigned int index = 0, qid;
 	int ret;
 
 	c = kzalloc(sizeof(*c), GFP_KERNEL);
@@ -505,6 +585,15 @@ static int tutti_nvme_probe(struct pci_dev *pdev, const struct pci_device_id *id
 	if (ret)
 		goto out_shutdown;
 	c->max_queues = min3((result & 0xffff) + 1, (result >> 16) + 1, (u32)TUTTI_MAX_QUEUES);
+	/* Pages above 4 KiB: the page of the first doorbells holds the controller's registers. */
+	for (qid = 1; qid <= c->max_queues && !doorbells_mappable(c, qid); qid++)
+		;
+	ret = -EOPNOTSUPP;
+	if (qid > c->max_queues) {
+		dev_err(&pdev->dev, "tutti_nvme: with %lu-byte pages no queue's doorbells have a page without other registers: not binding\n",
+			PAGE_SIZE);
+		goto out_shutdown;
+	}
 
 	mutex_lock(&tutti_ctrls_lock);
 	list_for_each_entry(it, &tutti_ctrls, node) /* the lowest free number */

@@ -3,8 +3,9 @@
 // stock nvme driver, which keeps the namespace's ext4 mounted). Loads a file's bytes through
 // the module's queues with PRPs and with SGLs, straight into scattered "KV blocks" of pinned
 // host memory and of a vgem dma-buf, and compares them with what the filesystem reads.
-// Also: bad requests refused, a process killed mid-I/O leaves nothing behind, and (with an
-// IOMMU) a bus address that is not mapped fails the command instead of reaching memory.
+// Also: bad requests refused, admin completions that answer no command the module sent are
+// skipped, a process killed mid-I/O leaves nothing behind, and (with an IOMMU) a bus address
+// that is not mapped fails the command instead of reaching memory.
 //   nvme_test FILE        (FILE on the ext4 of the shared namespace)
 #include <fcntl.h>
 #include <linux/nvme_ioctl.h>
@@ -224,6 +225,100 @@ void test_bad_requests(const nv::Lease& lease, const nv::ControllerInfo& ci) {
   check(::ioctl(fd, TUTTI_IOC_UNMAP_DMA, &m.handle) == -1 && errno == ENOENT, "unmapping twice: ENOENT");
 }
 
+// LBA 0 (it carries a marker) read through `qp` into `page` (4 KiB, DMA-mapped as `mem`).
+bool read_marker(nv::QueuePair& qp, const nv::DmaMemory& mem, const Aligned& page, const nv::ControllerInfo& ci) {
+  std::memset(page.p, 0, 4096);
+  std::vector<nv::Segment> segs;
+  mem.segments(0, 4096, segs);
+  nv::Sqe s;
+  nv::rw(s, nv::kOpRead, 0, 1, 0, 4096 / ci.lba_bytes);
+  nv::prp(s, segs.data(), static_cast<uint32_t>(segs.size()), 4096, nullptr, 0);
+  qp.submit(s);
+  uint16_t st = 0xffff;
+  while (!qp.poll([&](uint16_t, uint16_t status) { st = status; })) {
+  }
+  return st == 0 && std::memcmp(page.p, "TUTTI-NVME-LBA0", 15) == 0;
+}
+
+// The admin queue's doorbells share a page with every queue pair's, so a lease can make the
+// controller run admin entries the module did not send: entries it zeroed, command id 0. Their
+// completions answer nothing the module waits for; none may pass for the completion of a
+// command it sent (taken first, a stale entry's error made CREATE_QP fail while the real
+// command still ran on the controller, on memory the module then freed).
+void test_foreign_completions(const nv::Lease& lease, const nv::ControllerInfo& ci) {
+  const int fd = lease.fd();
+  Aligned first(4096), again(4096), page(4096);
+  tutti_ctrl_info info{};
+  info.size = sizeof info;
+  info.identify = reinterpret_cast<uintptr_t>(first.p);
+  tutti_qp q{};
+  q.size = sizeof q;
+  q.depth = 8;
+  void* db = MAP_FAILED;
+  if (::ioctl(fd, TUTTI_IOC_CTRL_INFO, &info) == 0 && ::ioctl(fd, TUTTI_IOC_CREATE_QP, &q) == 0)
+    db = ::mmap(nullptr, q.region_bytes[TUTTI_QP_DOORBELLS], PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                static_cast<off_t>((q.token * TUTTI_QP_REGIONS + TUTTI_QP_DOORBELLS) * 4096));
+  // The admin submission queue's tail doorbell, 2 * qid strides before the pair's.
+  const long admin_at = static_cast<long>(q.sq_doorbell) - 2L * q.qid * (4L << info.dstrd);
+  check(db != MAP_FAILED && admin_at >= 0, "a queue pair whose doorbell page holds the admin queue's doorbells too");
+  if (db == MAP_FAILED || admin_at < 0) return;
+  volatile uint32_t* admin_tail = reinterpret_cast<volatile uint32_t*>(static_cast<char*>(db) + admin_at);
+  // One admin command (Identify Controller); true if its data are those read before.
+  auto identify = [&] {
+    tutti_ctrl_info i{};
+    i.size = sizeof i;
+    i.identify = reinterpret_cast<uintptr_t>(again.p);
+    std::memset(again.p, 0, 4096);
+    return ::ioctl(fd, TUTTI_IOC_CTRL_INFO, &i) == 0 && std::memcmp(again.p, first.p, 4096) == 0;
+  };
+  // The controller runs the admin queue up to `tail` and posts a completion for each entry.
+  auto stale_write = [&](uint32_t tail) {
+    *admin_tail = tail;
+    ::usleep(200000);
+  };
+  auto skip = [](unsigned n) { std::ofstream("/sys/module/tutti_kmod/parameters/admin_skip") << n; };
+  nv::DmaMemory mem(lease, 0, page.p, 4096);
+
+  long seen = param("admin_foreign_completions");
+  stale_write(5);
+  const bool identified = identify();
+  check(identified, "the admin doorbell written from user space (tail 5): the next admin command, Identify, brings "
+                    "the controller's data (" + std::to_string(param("admin_foreign_completions") - seen) +
+                    " foreign completions skipped)");
+  // That command went into entry 5, where the controller stood: the next one goes into 6.
+  seen = param("admin_foreign_completions");
+  stale_write(26);
+  {
+    std::unique_ptr<nv::QueuePair> qp;
+    try {
+      qp = std::make_unique<nv::QueuePair>(lease, 0, 16);
+    } catch (const std::exception& e) {
+      check(false, std::string("a queue pair after a stale admin doorbell: ") + e.what());
+      return;
+    }
+    check(param("admin_foreign_completions") - seen == 20 && read_marker(*qp, mem, page, ci),
+          "20 zeroed admin entries run from user space (tail 26): their completions skipped, the next queue pair "
+          "is made and reads LBA 0");
+    seen = param("admin_foreign_completions");
+    skip(7);
+    check(identify() && param("admin_foreign_completions") - seen == 7,
+          "7 zeroed entries run ahead of an Identify (admin_skip): their completions, arriving while it is awaited, "
+          "are skipped; its own brings the controller's data");
+    seen = param("admin_foreign_completions");
+    skip(3);
+    const uint16_t qid = qp->qid();
+    qp.reset();
+    check(param("admin_foreign_completions") - seen == 3,
+          "3 zeroed entries run ahead of Delete I/O SQ: their completions skipped while it is awaited");
+    // The module frees a queue id (and the memory) only once the controller deleted the queues.
+    nv::QueuePair again_qp(lease, 0, 16);
+    check(again_qp.qid() == qid && read_marker(again_qp, mem, page, ci),
+          "queue id " + std::to_string(qid) + " deleted on the controller: made again, it reads LBA 0");
+  }
+  ::munmap(db, q.region_bytes[TUTTI_QP_DOORBELLS]);
+  check(::ioctl(fd, TUTTI_IOC_DELETE_QP, &q.token) == 0 && identify(), "the admin queue still serves the module");
+}
+
 // A child drives a queue pair at full depth; it is SIGKILLed mid-I/O. The lease goes with it:
 // queues deleted on the controller, memory unmapped and unpinned.
 void test_kill(const nv::ControllerInfo& ci) {
@@ -297,6 +392,7 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(ci.lbas), ci.lba_bytes);
     check(ci.sgl, "the controller supports SGLs");
     test_bad_requests(lease, ci);
+    test_foreign_completions(lease, ci);
 
     nv::QueuePair qp(lease, 0, 64);
     check(param("queue_pairs") == 1, "queue pair " + std::to_string(qp.qid()) + " of depth 64, mapped with its doorbells");
