@@ -161,9 +161,10 @@ Batch::Batch(std::shared_ptr<Runtime> rt, tutti_op op) : rt_(std::move(rt)), op_
 }
 
 Batch::~Batch() {
-  if (state_ == State::kRunning) {
+  {
+    // Under the lock even when done: finish() may still be inside its critical section.
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return state_ == State::kDone; });
+    cv_.wait(lock, [&] { return state_ != State::kRunning; });
   }
   // Here, not in finish(): finish() may run in a CUDA host callback, which must not call CUDA.
   if (pinned_) rt_->device()->host_free(pinned_);
@@ -820,8 +821,8 @@ void Batch::finish() {
   {
     std::lock_guard lock(mu_);
     state_ = State::kDone;
+    cv_.notify_all();  // under the lock: once the owner sees kDone it may free the batch
   }
-  cv_.notify_all();
 }
 
 void Batch::wait_layer(uint32_t layer) {

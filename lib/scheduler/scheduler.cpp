@@ -16,25 +16,22 @@ Scheduler::~Scheduler() {
   thread_.join();
 }
 
+// Wake-ups are sent under the lock: an I/O thread that calls in here must be done with the
+// scheduler once it lets go of the lock, because close() may destroy it right after.
 void Scheduler::enqueue(Batch* b) {
-  {
-    std::lock_guard lock(mu_);
-    (b->is_load() ? loads_ : stores_).push_back(b);
-  }
+  std::lock_guard lock(mu_);
+  (b->is_load() ? loads_ : stores_).push_back(b);
   cv_.notify_all();
 }
 
 void Scheduler::commit_later(Batch* b) {
-  {
-    std::lock_guard lock(mu_);
-    commits_.push_back(b);
-  }
+  std::lock_guard lock(mu_);
+  commits_.push_back(b);
   cv_.notify_all();
 }
 
 void Scheduler::notify() {
-  // Taking the lock orders this wake-up after the scheduler's predicate check.
-  { std::lock_guard lock(mu_); }
+  std::lock_guard lock(mu_);  // also orders this wake-up after the scheduler's predicate check
   cv_.notify_all();
 }
 
