@@ -154,6 +154,11 @@ DecodeStatus decode_superblock(const uint8_t* in, Superblock* sb) {
   // change in the layout rules is caught, not misread.
   if (!shape_problem(sb->shape).empty()) return DecodeStatus::kBadGeometry;
   if (layer_bytes != sb->shape.layer_bytes() || slot_bytes != sb->shape.slot_bytes()) return DecodeStatus::kBadGeometry;
+  // No file holds 2^62 bytes of slots; 2^32 slots of a 1 TiB slot would even wrap 2^64, and a
+  // small file would pass for a huge pool (found by tests/fuzz/fuzz_format).
+  uint64_t data_bytes = 0;
+  if (__builtin_mul_overflow(sb->slots_per_file, slot_bytes, &data_bytes) || data_bytes > (uint64_t{1} << 62))
+    return DecodeStatus::kBadGeometry;
   if (sb->file_count == 0 || sb->file_index >= sb->file_count || sb->slots_per_file == 0 ||
       sb->slots_per_file > kMaxSlotsPerFile || sb->file_bytes != Geometry::file_bytes_for(sb->shape, sb->slots_per_file))
     return DecodeStatus::kBadGeometry;
