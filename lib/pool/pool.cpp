@@ -167,6 +167,14 @@ void check_superblock(const Head& h, const std::string& path) {
   fail(TUTTI_EINTERNAL, path + ": unexpected superblock status");
 }
 
+// Makes a rename into `path`'s directory durable.
+void sync_dir(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!d || ::fsync(d.get()) != 0) fail_errno(errno, "fsync directory " + dir);
+}
+
 // A pool of an older format is a cache tutti itself wrote: with create=1 it is made anew.
 bool replaceable(const Head& h) {
   return h.status == DecodeStatus::kBadVersion && h.version != 0 && h.version < kFormatVersion;
@@ -187,9 +195,12 @@ std::unique_ptr<Pool> Pool::open(const PoolOptions& opts, const Shape& shape) {
   TUTTI_EXPECT(bad_shape.empty(), "KV shape " + shape.describe() + ": " + bad_shape);
   std::unique_ptr<Pool> pool(new Pool());
   const size_t n = opts.uris.size();
-  // Files this call creates are removed again, and files it found empty are emptied again, if
-  // the pool cannot be opened: a failed open leaves every path as it was.
-  std::vector<std::string> made;
+  // A missing file is made under a temporary name and renamed into place once its superblock
+  // is durable: a crash while creating leaves no zero-headed file at the pool's path (which
+  // no open would accept). Files this call creates are removed again, and files it found
+  // empty are emptied again, if the pool cannot be opened: a failed open leaves every path
+  // as it was.
+  std::vector<std::pair<std::string, std::string>> made;  // (temporary name, path)
   std::vector<size_t> was_empty;
   try {
     std::vector<Superblock> sbs(n);
@@ -206,8 +217,16 @@ std::unique_ptr<Pool> Pool::open(const PoolOptions& opts, const Shape& shape) {
           TUTTI_EXPECT(!(d == st.st_dev && ino == st.st_ino), "pool file " + path + " is given twice");
         ids.emplace_back(st.st_dev, st.st_ino);
       }
-      pool->files_.push_back(open_file(path, opts.create));
-      if (!exists) made.push_back(path);
+      if (exists) {
+        pool->files_.push_back(open_file(path, opts.create));
+      } else {
+        // Locked, so a live creator elsewhere means EBUSY; a dead one's leftovers are cleared.
+        const std::string tmp = path + ".tutti-new";
+        pool->files_.push_back(open_file(tmp, true));
+        made.emplace_back(tmp, path);
+        if (::ftruncate(pool->files_.back().fd.get(), 0) != 0) fail_errno(errno, "truncate " + tmp);
+        pool->files_.back().path = path;
+      }
       heads[i] = read_superblock(pool->files_[i], &sbs[i]);
       if (heads[i].empty && exists) was_empty.push_back(i);
       if (heads[i].status == DecodeStatus::kBlank) continue;
@@ -221,6 +240,10 @@ std::unique_ptr<Pool> Pool::open(const PoolOptions& opts, const Shape& shape) {
     if (existing == 0) {
       TUTTI_EXPECT_CODE(opts.create, TUTTI_EACCES, "pool is blank and create=0");
       pool->create(opts, shape);
+      for (const auto& [tmp, path] : made) {
+        if (::rename(tmp.c_str(), path.c_str()) != 0) fail_errno(errno, "rename " + tmp + " to " + path);
+        sync_dir(path);
+      }
       return pool;
     }
     TUTTI_EXPECT_CODE(existing == n, TUTTI_ELAYOUT,
@@ -229,7 +252,7 @@ std::unique_ptr<Pool> Pool::open(const PoolOptions& opts, const Shape& shape) {
     pool->adopt(sbs, shape);
     return pool;
   } catch (...) {
-    for (const std::string& path : made) ::unlink(path.c_str());
+    for (const auto& [tmp, path] : made) ::unlink(tmp.c_str());
     for (size_t i : was_empty)
       if (::ftruncate(pool->files_[i].fd.get(), 0) != 0) {  // best effort: it was empty
       }
