@@ -498,11 +498,12 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   atexit([] {
     remove_pool_files(g_dir);
     rmdir(g_dir.c_str());
-    std::fprintf(stderr,
-                 "fuzz_capi: %" PRIu64 " inputs, %" PRIu64 " KV caches registered, %" PRIu64 " lookup hits, %" PRIu64
-                 " chunks stored, %" PRIu64 " chunks loaded and compared byte for byte\n",
-                 g_counts.inputs, g_counts.registered, g_counts.lookup_hits, g_counts.stored_chunks,
-                 g_counts.loaded_chunks);
+    if (g_counts.inputs)  // (not in the parent of -fork workers)
+      std::fprintf(stderr,
+                   "fuzz_capi: %" PRIu64 " inputs, %" PRIu64 " KV caches registered, %" PRIu64 " lookup hits, %" PRIu64
+                   " chunks stored, %" PRIu64 " chunks loaded and compared byte for byte\n",
+                   g_counts.inputs, g_counts.registered, g_counts.lookup_hits, g_counts.stored_chunks,
+                   g_counts.loaded_chunks);
   });
   return 0;
 }
