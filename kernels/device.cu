@@ -41,6 +41,13 @@ __device__ uint4 object16(const CopyLayout& l, const char* k, const char* v, con
   }
 }
 
+// The secret as a 64-bit key at every byte offset, in shared memory (the hash reads keys at
+// offsets that are not multiples of 8). Every thread of the block helps; then they sync.
+__device__ void load_keys(uint64_t* keys) {
+  for (unsigned i = threadIdx.x; i < kKeys; i += blockDim.x) keys[i] = sum::read64(kSecret.bytes + i);
+  __syncthreads();
+}
+
 __device__ uint64_t shfl_xor64(uint64_t x, int m) {
   return (uint64_t(__shfl_xor_sync(~0u, uint32_t(x >> 32), m)) << 32) | __shfl_xor_sync(~0u, uint32_t(x), m);
 }
@@ -72,8 +79,8 @@ __device__ uint64_t warp_page_hash(const uint4 (&w)[8], unsigned lane, const uin
     a0 += v0, a1 += v1;
     if (b < 3) {
       const unsigned key = sum::kSecretBytes - 64 + 16 * q;
-      a0 = (a0 ^ (a0 >> 47) ^ keys[key]) * sum::kPrime32_1;
-      a1 = (a1 ^ (a1 >> 47) ^ keys[key + 8]) * sum::kPrime32_1;
+      a0 = sum::scramble(a0, keys[key]);
+      a1 = sum::scramble(a1, keys[key + 8]);
     }
   }
   uint64_t t = sum::fold128(a0 ^ keys[11 + 16 * q], a1 ^ keys[11 + 16 * q + 8]);
@@ -85,8 +92,7 @@ __device__ uint64_t warp_page_hash(const uint4 (&w)[8], unsigned lane, const uin
 // Tests: the warp hash of n plain pages in device memory, out[i] for page i (one warp each).
 __global__ void page_hash_kernel(const uint4* pages, uint64_t* out) {
   __shared__ uint64_t keys[kKeys];
-  for (unsigned i = threadIdx.x; i < kKeys; i += blockDim.x) keys[i] = sum::read64(kSecret.bytes + i);
-  __syncwarp();
+  load_keys(keys);
   uint4 w[8];
   const uint4* page = pages + blockIdx.x * (sum::kPageBytes / 16);
   for (unsigned s = 0; s < 8; ++s) w[s] = page[s * 32 + threadIdx.x];
@@ -102,8 +108,7 @@ __global__ void layer_terms(CopyLayout l, const char* k, const char* v, const Ch
                             const int32_t* status, uint64_t* terms, uint64_t pages) {
   __shared__ uint64_t keys[kKeys];
   __shared__ uint64_t warp_terms[32];
-  for (unsigned i = threadIdx.x; i < kKeys; i += blockDim.x) keys[i] = sum::read64(kSecret.bytes + i);
-  __syncthreads();
+  load_keys(keys);
   if (status && status[blockIdx.x]) return;
   const int32_t* blocks = ids + chunks[blockIdx.x].first_block;
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;

@@ -63,9 +63,9 @@ TUTTI_HOST_DEVICE inline uint64_t finish(uint64_t terms, uint64_t pages) {
 }
 
 TUTTI_HOST_DEVICE inline uint64_t mul32(uint64_t x) { return (x & 0xFFFFFFFFull) * (x >> 32); }
-TUTTI_HOST_DEVICE inline uint64_t scramble(uint64_t acc, const uint8_t* key) {
+TUTTI_HOST_DEVICE inline uint64_t scramble(uint64_t acc, uint64_t key) {
   acc ^= acc >> 47;
-  acc ^= read64(key);
+  acc ^= key;
   return acc * kPrime32_1;
 }
 TUTTI_HOST_DEVICE inline uint64_t fold128(uint64_t a, uint64_t b) {
@@ -111,7 +111,7 @@ TUTTI_HOST_DEVICE inline uint64_t page_hash_scalar(const uint8_t* page, const ui
     const uint32_t stripes = b < 3 ? 16 : 15;
     for (uint32_t j = 0; j < stripes; ++j) stripe(page + b * 1024 + j * 64, secret + j * 8);
     if (b < 3)
-      for (int i = 0; i < 8; ++i) acc[i] = scramble(acc[i], secret + kSecretBytes - 64 + 8 * i);
+      for (int i = 0; i < 8; ++i) acc[i] = scramble(acc[i], read64(secret + kSecretBytes - 64 + 8 * i));
   }
   stripe(page + kPageBytes - 64, secret + kSecretBytes - 64 - 7);
   return merge(acc, secret);

@@ -15,15 +15,16 @@ namespace tutti {
 
 namespace {
 
-// The page terms (kernels/layer_sum.hpp) of object bytes [lo, hi) of a chunk-layer, read from
-// the engine's blocks as the extent lies on disk: K runs, zero padding up to V, V runs, zero
-// padding to the end. [lo, hi) is page aligned. A page that is one run is hashed in place.
-uint64_t block_terms(const KvBinding& kv, uint32_t layer, const int32_t* blocks, uint64_t lo, uint64_t hi) {
+// The checksum (kernels/layer_sum.hpp) of a chunk-layer extent as it lies on disk, read from
+// the engine's blocks: K runs, zero padding up to V, V runs, zero padding to the end. A page
+// that is one run is hashed in place, any other is assembled first.
+uint64_t extent_checksum(const KvBinding& kv, uint32_t layer, const int32_t* blocks) {
+  const uint64_t bytes = kv.shape().layer_bytes();
   alignas(64) std::byte page[kIoAlign];
   uint64_t terms = 0;
-  for (uint64_t p = lo; p < hi; p += kIoAlign) {
+  for (uint64_t p = 0; p < bytes; p += kIoAlign) {
     const std::byte* whole = nullptr;
-    bool zeroed = false;
+    bool zeroed = false;  // zeroed lazily: most pages of a direct layout are one run
     kv.for_each_run(layer, blocks, p, p + kIoAlign, [&](const MemRun& r) {
       if (r.len == kIoAlign) {
         whole = r.addr;
@@ -35,12 +36,7 @@ uint64_t block_terms(const KvBinding& kv, uint32_t layer, const int32_t* blocks,
     if (!whole && !zeroed) std::memset(page, 0, sizeof page);  // all padding
     terms += page_term(whole ? whole : page, p / kIoAlign);
   }
-  return terms;
-}
-
-uint64_t extent_checksum(const KvBinding& kv, uint32_t layer, const int32_t* blocks) {
-  const uint64_t bytes = kv.shape().layer_bytes();
-  return layer_sum_of_terms(block_terms(kv, layer, blocks, 0, bytes), bytes);
+  return layer_sum_of_terms(terms, bytes);
 }
 
 int code_of(int64_t res) { return res == -ENOSPC ? TUTTI_ENOSPC : res == -EBADMSG ? TUTTI_ECORRUPT : TUTTI_EIO; }
@@ -610,10 +606,16 @@ uint64_t Batch::layer_terms_dev(uint32_t layer) const {
 }
 
 // CUDA memory: the checksum kernel's terms of item i's layer, as it landed in the blocks,
-// against its commit record. A mismatch fails the chunk (the engine must not use those blocks).
+// against its commit record.
 void Batch::check_terms(uint32_t i, uint32_t layer, uint64_t terms) {
   Item& it = items_[i];
   if (layer_sum_of_terms(terms, rt_->binding().shape().layer_bytes()) == rt_->index().layer_sums(it.slot)[layer]) return;
+  landed_corrupt(it, layer);
+}
+
+// A chunk-layer whose bytes in the blocks do not match its commit record: the chunk fails
+// (the engine must not use those blocks) and the DRAM tier forgets it.
+void Batch::landed_corrupt(Item& it, uint32_t layer) {
   fail_item(it, TUTTI_ECORRUPT);
   note_error(it, layer, "checksum mismatch in the blocks it landed in (the pool holds other bytes than were stored)");
   forget_cached(it, layer);
@@ -741,11 +743,7 @@ void Batch::check_layer(uint32_t layer) {
   if (!kv.on_device()) {
     for (Item& it : items_) {
       if (it.error.load()) continue;
-      if (extent_checksum(kv, layer, it.blocks) != rt_->index().layer_sums(it.slot)[layer]) {
-        fail_item(it, TUTTI_ECORRUPT);
-        note_error(it, layer, "checksum mismatch in the blocks it landed in (the pool holds other bytes than were stored)");
-        forget_cached(it, layer);
-      }
+      if (extent_checksum(kv, layer, it.blocks) != rt_->index().layer_sums(it.slot)[layer]) landed_corrupt(it, layer);
     }
     return;
   }

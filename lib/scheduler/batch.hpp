@@ -98,6 +98,7 @@ class Batch {
   // Load checks (verify): see LayerOp::complete, check_layer and the CUDA paths' check_terms.
   void check_layer(uint32_t layer);
   void check_terms(uint32_t item, uint32_t layer, uint64_t terms);
+  void landed_corrupt(Item& it, uint32_t layer);
   void check_landed(uint32_t layer, const int32_t* status);
   uint64_t layer_terms_dev(uint32_t layer) const;  // 0 without checks
   static void fail_item(Item& it, int code);  // the first error of a chunk stays

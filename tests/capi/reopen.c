@@ -232,26 +232,51 @@ static int corrupt_row(const char* path, const unsigned char* row, size_t len) {
   return rc;
 }
 
+/* A prompt of `tokens` tokens stored from blocks st into a fresh pool of env's directory,
+ * through the runtime rt (still open), and as many other blocks ld to load it into. */
+typedef struct stored_prompt {
+  th_kv* kv;
+  th_prompt p;
+  size_t nb;
+  int32_t st[16], ld[16];
+  th_blocks alloc;
+  tutti_runtime* rt;
+} stored_prompt;
+
+static void store_prompt_fresh(stored_prompt* sp, th_env* env, uint64_t seed, size_t tokens) {
+  uint64_t rng = th_base_seed() ^ seed;
+  th_kv_spec spec = base_spec();
+  sp->kv = NULL;
+  TH_OK(th_kv_create(&sp->kv, &spec));
+  th_prompt_random(&sp->p, &rng, tokens);
+  sp->nb = th_nblocks(sp->p.n, spec.block_tokens);
+  th_blocks_init(&sp->alloc, spec.num_blocks, &rng);
+  th_blocks_take(&sp->alloc, sp->st, sp->nb);
+  th_blocks_take(&sp->alloc, sp->ld, sp->nb);
+  sp->rt = NULL;
+  TH_OK(th_open(&sp->rt, env->dir, "8M", CT, NULL, sp->kv));
+  th_store_prompt(sp->rt, sp->kv, &sp->p, sp->st, sp->nb);
+}
+
+static void stored_prompt_free(stored_prompt* sp) {
+  th_prompt_free(&sp->p);
+  th_blocks_free(&sp->alloc);
+  th_kv_destroy(sp->kv);
+}
+
 /* A flipped byte on disk is caught with the default options: TUTTI_ECORRUPT for that chunk,
  * the chunks before it load fine. */
 static void test_corrupt_default(void** state) {
   th_env* env = *state;
-  uint64_t rng = th_base_seed() ^ 0xD4;
-  th_kv_spec spec = base_spec();
-  th_kv* kv = NULL;
-  TH_OK(th_kv_create(&kv, &spec));
-  th_prompt p;
-  th_prompt_random(&p, &rng, 4 * CT);
-  size_t nb = th_nblocks(p.n, spec.block_tokens);
-  int32_t st[16], ld[16];
-  th_blocks alloc;
-  th_blocks_init(&alloc, spec.num_blocks, &rng);
-  th_blocks_take(&alloc, st, nb);
-  th_blocks_take(&alloc, ld, nb);
+  stored_prompt sp;
+  store_prompt_fresh(&sp, env, 0xD4, 4 * CT);
+  tutti_runtime_close(sp.rt);
+  th_kv* kv = sp.kv;
+  th_prompt p = sp.p;
+  size_t nb = sp.nb;
+  const int32_t *st = sp.st, *ld = sp.ld;
   tutti_runtime* rt = NULL;
-  TH_OK(th_open(&rt, env->dir, "8M", CT, NULL, kv));
-  th_store_prompt(rt, kv, &p, st, nb);
-  tutti_runtime_close(rt);
+  const th_kv_spec spec = kv->spec;
 
   /* the K row of token 2*CT (chunk 2), head 1, layer 1, as the KV cache held it */
   char path[1100];
@@ -287,9 +312,7 @@ static void test_corrupt_default(void** state) {
   TH_CHECK(kv, &p, ld, 0, 2 * CT);
   if (cs[3] == 0) TH_CHECK(kv, &p, ld, 3 * CT, 4 * CT);
   tutti_runtime_close(rt);
-  th_prompt_free(&p);
-  th_blocks_free(&alloc);
-  th_kv_destroy(kv);
+  stored_prompt_free(&sp);
 }
 
 /* Closing a runtime while batches are alive: close waits for the submitted one, releases the
@@ -297,21 +320,13 @@ static void test_corrupt_default(void** state) {
  * submitted can no longer be. */
 static void test_close_with_live_batches(void** state) {
   th_env* env = *state;
-  uint64_t rng = th_base_seed() ^ 0xC7;
-  th_kv_spec spec = base_spec();
-  th_kv* kv = NULL;
-  TH_OK(th_kv_create(&kv, &spec));
-  th_prompt p;
-  th_prompt_random(&p, &rng, 2 * CT);
-  size_t nb = th_nblocks(p.n, spec.block_tokens);
-  int32_t st[16], ld[16];
-  th_blocks alloc;
-  th_blocks_init(&alloc, spec.num_blocks, &rng);
-  th_blocks_take(&alloc, st, nb);
-  th_blocks_take(&alloc, ld, nb);
-  tutti_runtime* rt = NULL;
-  TH_OK(th_open(&rt, env->dir, "8M", CT, NULL, kv));
-  th_store_prompt(rt, kv, &p, st, nb);
+  stored_prompt sp;
+  store_prompt_fresh(&sp, env, 0xC7, 2 * CT);
+  th_kv* kv = sp.kv;
+  th_prompt p = sp.p;
+  size_t nb = sp.nb;
+  const int32_t* ld = sp.ld;
+  tutti_runtime* rt = sp.rt;
   th_kv_poison_blocks(kv, ld, nb);
   th_kv_expect(kv, &p, ld, 0, p.n);
   tutti_request r = th_request(&p, ld, nb, 0, 0);
@@ -335,9 +350,7 @@ static void test_close_with_live_batches(void** state) {
   tutti_batch_destroy(running);
   tutti_batch_destroy(idle);
   tutti_runtime_close(again);
-  th_prompt_free(&p);
-  th_blocks_free(&alloc);
-  th_kv_destroy(kv);
+  stored_prompt_free(&sp);
 }
 
 int main(void) {
