@@ -486,6 +486,7 @@ RunResult run_once(const BenchArgs& a, KvCache& kv, const std::string& backend, 
     r.num_tokens = per;
     r.block_table = kv.table().data() + i * per / a.block_tokens;
     r.num_block_ids = per / a.block_tokens;
+    r.token_end = TUTTI_TOKENS_ALL;
   }
 
   auto run_batch = [&](tutti_op op, Row& row) {

@@ -215,13 +215,18 @@ typedef enum tutti_op {
   TUTTI_OP_MAX_ENUM_ = 0x7fffffff /* not an op: keeps any int a valid tutti_op value */
 } tutti_op;
 
+/* token_end of a request that moves every whole chunk of its prompt. */
+#define TUTTI_TOKENS_ALL ((size_t)-1)
+
 typedef struct tutti_request {
   const int32_t* tokens;      /* the prompt's token ids, from token 0 */
   size_t num_tokens;
   const int32_t* block_table; /* block_table[i] holds tokens [i*block_tokens, (i+1)*block_tokens) */
   size_t num_block_ids;       /* entries in block_table */
   size_t token_begin;         /* range to move; begin must be a multiple of chunk_tokens */
-  size_t token_end;           /* end is rounded down to a whole chunk; 0 means num_tokens */
+  size_t token_end;           /* end of the range, rounded down to a whole chunk; at most
+                                 num_tokens, or TUTTI_TOKENS_ALL for num_tokens. An empty
+                                 range (end == begin, e.g. a lookup's 0) moves nothing */
   const void* salt;           /* per-request salt (LoRA id, cache salt); may be NULL */
   size_t salt_len;
 } tutti_request;

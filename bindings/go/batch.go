@@ -19,13 +19,16 @@ const (
 	Store Op = C.TUTTI_OP_STORE
 )
 
+// TokensAll as a Request's TokenEnd moves every whole chunk of the prompt.
+const TokensAll = -1
+
 // Request is one prompt's range to load or store. Tokens and BlockTable must not change until
 // the batch is closed.
 type Request struct {
 	Tokens     []int32
 	BlockTable []int32
 	TokenBegin int // a multiple of chunk_tokens
-	TokenEnd   int // 0: len(Tokens); rounded down to a whole chunk
+	TokenEnd   int // rounded down to a whole chunk; TokensAll: len(Tokens); 0 moves nothing
 	Salt       []byte
 }
 
@@ -79,6 +82,9 @@ func (b *Batch) Add(reqs ...Request) error {
 		c.tokens, c.num_tokens = b.pins.int32s(r.Tokens)
 		c.block_table, c.num_block_ids = b.pins.int32s(r.BlockTable)
 		c.token_begin, c.token_end = C.size_t(r.TokenBegin), C.size_t(r.TokenEnd)
+		if r.TokenEnd == TokensAll {
+			c.token_end = ^C.size_t(0) // TUTTI_TOKENS_ALL
+		}
 		c.salt, c.salt_len = b.pins.bytes(r.Salt)
 	}
 	return locked(func() C.int { return C.tutti_batch_add(h, &arr[0], C.size_t(len(reqs))) })

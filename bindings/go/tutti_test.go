@@ -98,14 +98,14 @@ func TestStoreLookupLoad(t *testing.T) {
 	for i := range stored {
 		stored[i], loaded[i] = int32(i), int32(20+i)
 	}
-	b := run(t, rt, Store, Request{Tokens: tokens, BlockTable: stored})
+	b := run(t, rt, Store, Request{Tokens: tokens, BlockTable: stored, TokenEnd: TokensAll})
 	if r, _ := b.Result(0); r.Status != nil || r.ChunksOK != 5 || r.TokensOK != 320 {
 		t.Fatalf("store result %+v", r)
 	}
 	if hit, err := rt.Lookup(tokens, nil); err != nil || hit != 320 {
 		t.Fatalf("lookup = %d, %v", hit, err)
 	}
-	b = run(t, rt, Load, Request{Tokens: tokens, BlockTable: loaded})
+	b = run(t, rt, Load, Request{Tokens: tokens, BlockTable: loaded, TokenEnd: TokensAll})
 	st, err := b.ChunkStatus(0)
 	if err != nil || len(st) != 5 {
 		t.Fatalf("chunk status %v %v", st, err)
@@ -132,7 +132,7 @@ func TestSaltAndErrors(t *testing.T) {
 	kv := newKV(t, 2)
 	rt := open(t, kv)
 	tokens := make([]int32, 128)
-	run(t, rt, Store, Request{Tokens: tokens, BlockTable: []int32{0, 1, 2, 3, 4, 5, 6, 7}, Salt: []byte("lora-7")})
+	run(t, rt, Store, Request{Tokens: tokens, BlockTable: []int32{0, 1, 2, 3, 4, 5, 6, 7}, TokenEnd: TokensAll, Salt: []byte("lora-7")})
 	if hit, _ := rt.Lookup(tokens, nil); hit != 0 {
 		t.Fatalf("unsalted lookup found %d", hit)
 	}
@@ -141,7 +141,7 @@ func TestSaltAndErrors(t *testing.T) {
 	}
 	b, _ := rt.NewBatch(Load)
 	defer b.Close()
-	err := b.Add(Request{Tokens: tokens, BlockTable: []int32{blocks + 1, 0, 0, 0, 0, 0, 0, 0}})
+	err := b.Add(Request{Tokens: tokens, BlockTable: []int32{blocks + 1, 0, 0, 0, 0, 0, 0, 0}, TokenEnd: TokensAll})
 	var te *Error
 	if !errors.As(err, &te) || te.Code != EINVAL || !errors.Is(err, EINVAL) {
 		t.Fatalf("bad block id: %v", err)
@@ -175,7 +175,7 @@ func TestConcurrentBatches(t *testing.T) {
 			table := []int32{int32(4 * g), int32(4*g + 1), int32(4*g + 2), int32(4*g + 3)}
 			b, err := rt.NewBatch(Store)
 			if err == nil {
-				err = b.Add(Request{Tokens: tokens, BlockTable: table})
+				err = b.Add(Request{Tokens: tokens, BlockTable: table, TokenEnd: TokensAll})
 			}
 			if err == nil {
 				err = b.Submit()

@@ -155,8 +155,8 @@ TUTTI_OUT_HANDLE(tutti_batch)
 }
 
 /* Requests: a sequence of objects with attributes tokens, block_table (int32 buffers or
- * tensors, not copied: keep them alive until the batch is done), token_begin, token_end and
- * salt (bytes or None). */
+ * tensors, not copied: keep them alive until the batch is done), token_begin, token_end (None:
+ * the whole prompt) and salt (bytes or None). */
 %typemap(in) (const tutti_request* reqs, size_t n) {
   PyObject* seq = PySequence_Fast($input, "requests must be a sequence");
   if (!seq) SWIG_fail;
@@ -180,7 +180,9 @@ TUTTI_OUT_HANDLE(tutti_batch)
     Py_XDECREF(a);
     if (!bad && (a = PyObject_GetAttrString(o, "token_begin"))) r->token_begin = PyLong_AsSize_t(a); else bad = 1;
     Py_XDECREF(a);
-    if (!bad && (a = PyObject_GetAttrString(o, "token_end"))) r->token_end = PyLong_AsSize_t(a); else bad = 1;
+    if (!bad && (a = PyObject_GetAttrString(o, "token_end")))
+      r->token_end = a == Py_None ? TUTTI_TOKENS_ALL : PyLong_AsSize_t(a);
+    else bad = 1;
     Py_XDECREF(a);
     if (!bad && (a = PyObject_GetAttrString(o, "salt"))) {
       if (a != Py_None && tutti_py_memory(a, 0, 0, &p, &k) == 0) r->salt = p, r->salt_len = k;

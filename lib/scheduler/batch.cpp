@@ -178,8 +178,9 @@ void Batch::add(const tutti_request* reqs, size_t n) {
     const auto at = [&] { return "request " + std::to_string(reqs_.size() + i) + ": "; };
     TUTTI_EXPECT(r.tokens != nullptr || r.num_tokens == 0, at() + "tokens is NULL");
     TUTTI_EXPECT(r.salt != nullptr || r.salt_len == 0, at() + "salt is NULL but salt_len is not 0");
-    size_t end = r.token_end ? r.token_end : r.num_tokens;
-    TUTTI_EXPECT(end <= r.num_tokens, at() + "token_end is past num_tokens");
+    size_t end = r.token_end == TUTTI_TOKENS_ALL ? r.num_tokens : r.token_end;
+    TUTTI_EXPECT(end <= r.num_tokens, at() + "token_end " + std::to_string(end) + " is past num_tokens " +
+                                          std::to_string(r.num_tokens) + " (TUTTI_TOKENS_ALL asks for the whole prompt)");
     TUTTI_EXPECT(r.token_begin % ct == 0,
                  at() + "token_begin " + std::to_string(r.token_begin) + " is not a multiple of chunk_tokens " + std::to_string(ct));
     TUTTI_EXPECT(r.token_begin <= end, at() + "token_begin is past token_end");

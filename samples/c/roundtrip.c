@@ -60,6 +60,7 @@ int main(void) {
   tutti_request r;
   memset(&r, 0, sizeof r);
   r.tokens = tokens, r.num_tokens = TOKENS, r.block_table = stored_in, r.num_block_ids = TOKENS / BT;
+  r.token_end = TUTTI_TOKENS_ALL; /* every whole chunk */
   if (!rc) rc = check(run(rt, TUTTI_OP_STORE, &r), "store");
   size_t hit = 0;
   if (!rc) rc = check(tutti_lookup(rt, tokens, TOKENS, NULL, 0, &hit), "lookup");

@@ -78,6 +78,7 @@ int main() try {
     check(tutti_runtime_register_kv(rt.get(), &l), "register");
     tutti_request r{};
     r.tokens = tokens.data(), r.num_tokens = kTokens, r.block_table = stored_in.data(), r.num_block_ids = stored_in.size();
+    r.token_end = TUTTI_TOKENS_ALL;  // every whole chunk
     run(rt.get(), TUTTI_OP_STORE, r, kLayers);
     size_t hit = 0;
     check(tutti_lookup(rt.get(), tokens.data(), tokens.size(), nullptr, 0, &hit), "lookup");

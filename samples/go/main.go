@@ -98,7 +98,7 @@ func batch(rt *tutti.Runtime, op tutti.Op, prompt, table []int32, each func(int)
 		return err
 	}
 	defer b.Close()
-	if err := b.Add(tutti.Request{Tokens: prompt, BlockTable: table}); err != nil {
+	if err := b.Add(tutti.Request{Tokens: prompt, BlockTable: table, TokenEnd: tutti.TokensAll}); err != nil {
 		return err
 	}
 	if err := b.Submit(); err != nil {

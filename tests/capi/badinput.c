@@ -358,7 +358,7 @@ static void test_bad_requests(void** state) {
   bi_ctx c;
   ctx_open(&c, *state, 0xA3, 1);
   tutti_batch* b = NULL;
-  tutti_request good = th_request(&c.p, c.ld, c.nb, 0, 0);
+  tutti_request good = th_request(&c.p, c.ld, c.nb, 0, TUTTI_TOKENS_ALL);
   tutti_request r;
   int32_t tab[16];
 
@@ -404,8 +404,11 @@ static void test_bad_requests(void** state) {
     r.token_end = c.p.n + 1;
     add_fails(&c, op, &r, 1, TUTTI_EINVAL, "token_end > num_tokens");
     r.token_begin = 4 * CT;
-    r.token_end = 0;
+    r.token_end = TUTTI_TOKENS_ALL;
     add_fails(&c, op, &r, 1, TUTTI_EINVAL, "token_begin > num_tokens");
+    r.token_begin = 0;
+    r.token_end = TUTTI_TOKENS_ALL - 1;
+    add_fails(&c, op, &r, 1, TUTTI_EINVAL, "token_end SIZE_MAX - 1");
     r = good;
     r.block_table = tab;
     r.salt = NULL;
@@ -420,6 +423,32 @@ static void test_bad_requests(void** state) {
   ctx_close(&c);
 }
 
+/* token_end 0 is an empty range, not the whole prompt: the engine's `token_end = hit` after a
+ * lookup that missed moves nothing. */
+static void test_empty_range(void** state) {
+  bi_ctx c;
+  ctx_open(&c, *state, 0xA6, 1);
+  th_load_and_check(c.rt, c.kv, &c.p, c.ld, c.nb, 0); /* poisons, loads [0, 0), all bytes unchanged */
+
+  tutti_request r = th_request(&c.p, c.ld, c.nb, CT, CT);
+  tutti_result res;
+  TH_OK(th_batch_run(c.rt, TUTTI_OP_LOAD, &r, 1, &res, 0, 0));
+  TH_EQ(res.status, 0);
+  TH_EQ(res.chunks, 0);
+  TH_EQ(res.tokens, 0);
+  TH_VERIFY_ALL(c.kv);
+
+  th_prompt other;
+  th_prompt_random(&other, &c.rng, 2 * CT);
+  r = th_request(&other, c.ex, th_nblocks(other.n, c.kv->spec.block_tokens), 0, 0);
+  TH_OK(th_batch_run(c.rt, TUTTI_OP_STORE, &r, 1, &res, 0, 0));
+  TH_EQ(res.chunks, 0);
+  TH_EQ(th_lookup(c.rt, &other), 0); /* nothing was stored */
+  th_prompt_free(&other);
+  still_loads(&c);
+  ctx_close(&c);
+}
+
 static void test_batch_order(void** state) {
   bi_ctx c;
   ctx_open(&c, *state, 0xA4, 1);
@@ -428,7 +457,7 @@ static void test_batch_order(void** state) {
   int st[8];
   size_t n = 0;
   const uint32_t layers = c.kv->spec.num_layers;
-  tutti_request r = th_request(&c.p, c.ld, c.nb, 0, 0);
+  tutti_request r = th_request(&c.p, c.ld, c.nb, 0, TUTTI_TOKENS_ALL);
 
   TH_ERR(TUTTI_EINVAL, tutti_batch_submit(NULL));
   TH_ERR(TUTTI_EINVAL, tutti_batch_wait(NULL));
@@ -476,7 +505,7 @@ static void test_batch_order(void** state) {
   th_prompt q;
   th_prompt_extend(&q, &c.p, CT + 3, &c.rng, 4 * CT);
   th_kv_fill(c.kv, &q, c.ex, 0, q.n);
-  tutti_request rq = th_request(&q, c.ex, th_nblocks(q.n, 16), 0, 0);
+  tutti_request rq = th_request(&q, c.ex, th_nblocks(q.n, 16), 0, TUTTI_TOKENS_ALL);
   TH_OK(tutti_batch_create(c.rt, TUTTI_OP_STORE, &b));
   TH_OK(tutti_batch_add(b, &rq, 1));
   TH_OK(tutti_batch_submit(b));
@@ -610,7 +639,7 @@ static void test_tiny_pool(void** state) {
     int32_t tab[16];
     memcpy(tab, c.st, sizeof tab);
     th_kv_fill(c.kv, &c.p, tab, 0, c.p.n);
-    tutti_request r = th_request(&c.p, tab, c.nb, 0, 0);
+    tutti_request r = th_request(&c.p, tab, c.nb, 0, TUTTI_TOKENS_ALL);
     TH_EQ(th_batch_run(rt, TUTTI_OP_STORE, &r, 1, &res, 0, 0), TUTTI_ENOSPC);
     assert_true(th_batch_error()[0] != '\0');
     TH_EQ(res.status, TUTTI_ENOSPC);
@@ -662,6 +691,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_direct_on_unaligned, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_lookup_stats, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_bad_requests, th_setup_dir, th_teardown_dir),
+      cmocka_unit_test_setup_teardown(test_empty_range, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_batch_order, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_paths, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_tiny_pool, th_setup_dir, th_teardown_dir),

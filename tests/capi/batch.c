@@ -62,7 +62,7 @@ static void test_multi(void** state) {
       th_blocks_take(&alloc, rs.store_tab[i], rs.nb[i]);
       th_blocks_take(&alloc, rs.load_tab[i], rs.nb[i]);
       th_kv_fill(kv, &rs.p[i], rs.store_tab[i], 0, n);
-      reqs[i] = th_request(&rs.p[i], rs.store_tab[i], rs.nb[i], 0, 0);
+      reqs[i] = th_request(&rs.p[i], rs.store_tab[i], rs.nb[i], 0, TUTTI_TOKENS_ALL);
     }
     TH_OK(th_batch_run(rt, TUTTI_OP_STORE, reqs, rs.n, res, 1, spec.num_layers));
     for (size_t i = 0; i < rs.n; i++) {
@@ -104,7 +104,7 @@ static void test_multi(void** state) {
 
     /* storing the same prompts again: every chunk is already present */
     for (size_t i = 0; i < rs.n; i++)
-      reqs[i] = th_request(&rs.p[i], rs.store_tab[i], rs.nb[i], 0, 0);
+      reqs[i] = th_request(&rs.p[i], rs.store_tab[i], rs.nb[i], 0, TUTTI_TOKENS_ALL);
     TH_OK(th_batch_run(rt, TUTTI_OP_STORE, reqs, rs.n, res, 0, 0));
     for (size_t i = 0; i < rs.n; i++) {
       TH_EQ(res[i].status, 0);
@@ -143,7 +143,7 @@ static void test_missing(void** state) {
   /* p0 whole, p1 never, p2 its first two chunks, p3 chunks 0 and 2 (not 1) */
   tutti_request reqs[4];
   tutti_result res[4];
-  reqs[0] = th_request(&p[0], st[0], nb[0], 0, 0);
+  reqs[0] = th_request(&p[0], st[0], nb[0], 0, TUTTI_TOKENS_ALL);
   reqs[1] = th_request(&p[2], st[2], nb[2], 0, 2 * CT);
   reqs[2] = th_request(&p[3], st[3], nb[3], 0, CT);
   reqs[3] = th_request(&p[3], st[3], nb[3], 2 * CT, 3 * CT);
@@ -160,7 +160,7 @@ static void test_missing(void** state) {
   TH_EQ(th_lookup(rt, &p[3]), CT); /* a hit is always a prefix */
 
   th_kv_poison(kv);
-  for (int i = 0; i < 4; i++) reqs[i] = th_request(&p[i], ld[i], nb[i], 0, 0);
+  for (int i = 0; i < 4; i++) reqs[i] = th_request(&p[i], ld[i], nb[i], 0, TUTTI_TOKENS_ALL);
   tutti_batch* b = NULL;
   TH_OK(tutti_batch_create(rt, TUTTI_OP_LOAD, &b));
   TH_OK(tutti_batch_add(b, reqs, 4));
@@ -260,9 +260,9 @@ static void test_shared_and_overlap(void** state) {
   th_kv_fill(kv, &c, tc, 0, c.n);
   th_kv_fill(kv, &d, td, 0, d.n);
 
-  tutti_request reqs[3] = {th_request(&a, ta, th_nblocks(a.n, 16), 0, 0),
-                           th_request(&b, tb, th_nblocks(b.n, 16), 0, 0),
-                           th_request(&c, tc, th_nblocks(c.n, 16), 0, 0)};
+  tutti_request reqs[3] = {th_request(&a, ta, th_nblocks(a.n, 16), 0, TUTTI_TOKENS_ALL),
+                           th_request(&b, tb, th_nblocks(b.n, 16), 0, TUTTI_TOKENS_ALL),
+                           th_request(&c, tc, th_nblocks(c.n, 16), 0, TUTTI_TOKENS_ALL)};
   tutti_result res[3];
   TH_OK(th_batch_run(rt, TUTTI_OP_STORE, reqs, 3, res, 0, 0));
   TH_EQ(res[0].chunks_ok, 3);
@@ -275,10 +275,10 @@ static void test_shared_and_overlap(void** state) {
 
   /* a store of d and a load of a, b, c, both submitted before either is waited for */
   tutti_batch *sb = NULL, *lb_ = NULL;
-  tutti_request sreq = th_request(&d, td, th_nblocks(d.n, 16), 0, 0);
-  tutti_request lreq[3] = {th_request(&a, la, th_nblocks(a.n, 16), 0, 0),
-                           th_request(&b, lb, th_nblocks(b.n, 16), 0, 0),
-                           th_request(&c, lc, th_nblocks(c.n, 16), 0, 0)};
+  tutti_request sreq = th_request(&d, td, th_nblocks(d.n, 16), 0, TUTTI_TOKENS_ALL);
+  tutti_request lreq[3] = {th_request(&a, la, th_nblocks(a.n, 16), 0, TUTTI_TOKENS_ALL),
+                           th_request(&b, lb, th_nblocks(b.n, 16), 0, TUTTI_TOKENS_ALL),
+                           th_request(&c, lc, th_nblocks(c.n, 16), 0, TUTTI_TOKENS_ALL)};
   th_kv_expect(kv, &a, la, 0, 3 * CT);
   th_kv_expect(kv, &b, lb, 0, 5 * CT);
   th_kv_expect(kv, &c, lc, 0, 4 * CT);
@@ -333,7 +333,7 @@ static void test_less_than_a_chunk(void** state) {
   th_kv_fill(kv, &s, tab, 0, s.n);
   th_kv_fill(kv, &l, tab, 0, l.n);
   th_store_prompt(rt, kv, &l, tab, 4);
-  tutti_request reqs[2] = {th_request(&s, tab, 2, 0, 0), th_request(&l, tab, 4, CT, CT + 20)};
+  tutti_request reqs[2] = {th_request(&s, tab, 2, 0, TUTTI_TOKENS_ALL), th_request(&l, tab, 4, CT, CT + 20)};
   tutti_result res[2];
   for (int op = TUTTI_OP_LOAD; op <= TUTTI_OP_STORE; op++) {
     TH_OK(th_batch_run(rt, (tutti_op)op, reqs, 2, res, 1, spec.num_layers));
@@ -376,7 +376,7 @@ static void test_duplicate_in_flight(void** state) {
     th_blocks_take(&alloc, tl, nb);
     th_kv_fill(kv, &p, ta, 0, p.n);
     th_kv_fill(kv, &p, tb, 0, p.n);
-    tutti_request ra = th_request(&p, ta, nb, 0, 0), rb = th_request(&p, tb, nb, 0, 0);
+    tutti_request ra = th_request(&p, ta, nb, 0, TUTTI_TOKENS_ALL), rb = th_request(&p, tb, nb, 0, TUTTI_TOKENS_ALL);
     tutti_batch *a = NULL, *b = NULL;
     tutti_result res;
     TH_OK(tutti_batch_create(rt, TUTTI_OP_STORE, &a));

@@ -53,7 +53,7 @@ static void child_main(const char* dir, int round, int fd) {
     tutti_result res;
     prompt_for(&p, round, i);
     th_kv_fill(kv, &p, tab, 0, p.n);
-    tutti_request r = th_request(&p, tab, nb, 0, 0);
+    tutti_request r = th_request(&p, tab, nb, 0, TUTTI_TOKENS_ALL);
     rc = th_batch_run(rt, TUTTI_OP_STORE, &r, 1, &res, i & 1, spec.num_layers);
     th_prompt_free(&p);
     if (rc != 0 || res.status != 0 || res.chunks_ok != PROMPT_TOKENS / CT) {

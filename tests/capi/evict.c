@@ -42,7 +42,7 @@ static size_t check_prompt(ev_ctx* c, size_t i) {
     size_t n = 0;
     tutti_batch* b = NULL;
     tutti_result res;
-    tutti_request r = th_request(p, c->load_tab, c->nb, 0, 0);
+    tutti_request r = th_request(p, c->load_tab, c->nb, 0, TUTTI_TOKENS_ALL);
     th_kv_poison_blocks(c->kv, c->load_tab, c->nb);
     TH_OK(tutti_batch_create(c->rt, TUTTI_OP_LOAD, &b));
     TH_OK(tutti_batch_add(b, &r, 1));
@@ -153,7 +153,7 @@ static void test_evict(void** state) {
     size_t z = c->np - 1;
     tutti_batch* lb = NULL;
     tutti_result res;
-    tutti_request r = th_request(&c->p[z], c->load_tab, c->nb, 0, 0);
+    tutti_request r = th_request(&c->p[z], c->load_tab, c->nb, 0, TUTTI_TOKENS_ALL);
     th_kv_poison_blocks(c->kv, c->load_tab, c->nb);
     th_kv_expect(c->kv, &c->p[z], c->load_tab, 0, PROMPT_TOKENS);
     TH_OK(tutti_batch_create(c->rt, TUTTI_OP_LOAD, &lb));
@@ -179,7 +179,7 @@ static void test_evict(void** state) {
       th_prompt_random(&q[i], &c->rng, PROMPT_TOKENS);
       th_blocks_take(&alloc, tabs[i], c->nb);
       th_kv_fill(c->kv, &q[i], tabs[i], 0, PROMPT_TOKENS);
-      reqs[i] = th_request(&q[i], tabs[i], c->nb, 0, 0);
+      reqs[i] = th_request(&q[i], tabs[i], c->nb, 0, TUTTI_TOKENS_ALL);
     }
     TH_OK(th_batch_run(c->rt, TUTTI_OP_STORE, reqs, 4, res, 1, spec.num_layers));
     for (int i = 0; i < 4; i++) {

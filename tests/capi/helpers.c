@@ -551,7 +551,7 @@ void th_store_prompt(tutti_runtime* rt, th_kv* kv, const th_prompt* p, const int
                      size_t ntable) {
   tutti_result res;
   th_kv_fill(kv, p, table, 0, p->n);
-  tutti_request r = th_request(p, table, ntable, 0, 0);
+  tutti_request r = th_request(p, table, ntable, 0, TUTTI_TOKENS_ALL);
   TH_OK(th_batch_run(rt, TUTTI_OP_STORE, &r, 1, &res, 0, 0));
   TH_EQ(res.status, 0);
   TH_EQ(res.chunks_ok, res.chunks);
@@ -567,7 +567,6 @@ size_t th_lookup(tutti_runtime* rt, const th_prompt* p) {
 void th_load_and_check(tutti_runtime* rt, th_kv* kv, const th_prompt* p, const int32_t* table,
                        size_t ntable, size_t tokens) {
   tutti_result res;
-  if (tokens == 0) return; /* token_end 0 would mean the whole prompt */
   th_kv_poison_blocks(kv, table, ntable);
   th_kv_expect(kv, p, table, 0, tokens);
   tutti_request r = th_request(p, table, ntable, 0, tokens);

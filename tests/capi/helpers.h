@@ -172,7 +172,7 @@ void th_blocks_free(th_blocks* a);
 /* Blocks covering n tokens. */
 size_t th_nblocks(size_t n, uint32_t block_tokens);
 
-/* A request over [begin, end) of the prompt (end 0: whole prompt). */
+/* A request over [begin, end) of the prompt (end TUTTI_TOKENS_ALL: the whole prompt). */
 tutti_request th_request(const th_prompt* p, const int32_t* table, size_t ntable, size_t begin,
                          size_t end);
 

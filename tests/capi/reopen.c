@@ -291,7 +291,7 @@ static void test_corrupt_default(void** state) {
 
   TH_OK(th_open(&rt, env->dir, "8M", CT, NULL, kv));
   th_kv_poison_blocks(kv, ld, nb);
-  tutti_request r = th_request(&p, ld, nb, 0, 0);
+  tutti_request r = th_request(&p, ld, nb, 0, TUTTI_TOKENS_ALL);
   tutti_result res;
   int cs[4];
   size_t n = 0;
@@ -329,7 +329,7 @@ static void test_close_with_live_batches(void** state) {
   tutti_runtime* rt = sp.rt;
   th_kv_poison_blocks(kv, ld, nb);
   th_kv_expect(kv, &p, ld, 0, p.n);
-  tutti_request r = th_request(&p, ld, nb, 0, 0);
+  tutti_request r = th_request(&p, ld, nb, 0, TUTTI_TOKENS_ALL);
   tutti_batch *running = NULL, *idle = NULL;
   TH_OK(tutti_batch_create(rt, TUTTI_OP_LOAD, &running));
   TH_OK(tutti_batch_add(running, &r, 1));

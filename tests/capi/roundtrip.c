@@ -126,7 +126,7 @@ static void test_roundtrip(void** state) {
   th_kv_fill(kv, &p2, s2, 0, p2.n);
   tutti_batch* b = NULL;
   tutti_result res;
-  tutti_request r = th_request(&p1, s1, nb1, 0, 0);
+  tutti_request r = th_request(&p1, s1, nb1, 0, TUTTI_TOKENS_ALL);
   TH_OK(tutti_batch_create(rt, TUTTI_OP_STORE, &b));
   TH_OK(tutti_batch_add(b, &r, 1));
   TH_OK(tutti_batch_submit(b));
@@ -267,7 +267,7 @@ static void test_wait_layer_any_order(void** state) {
   th_store_prompt(rt, kv, &p, st, nb);
   for (int order = 0; order < 2; order++) {
     tutti_batch* b = NULL;
-    tutti_request r = th_request(&p, order ? st : ld, nb, 0, 0);
+    tutti_request r = th_request(&p, order ? st : ld, nb, 0, TUTTI_TOKENS_ALL);
     if (order == 0) th_kv_poison_blocks(kv, ld, nb);
     TH_OK(tutti_batch_create(rt, order ? TUTTI_OP_STORE : TUTTI_OP_LOAD, &b));
     TH_OK(tutti_batch_add(b, &r, 1));

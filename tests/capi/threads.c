@@ -37,7 +37,7 @@ static void store_load(worker* w, const th_prompt* p, int iter) {
   memset(&res, 0, sizeof res);
 
   th_kv_fill(w->kv, p, w->st, 0, p->n);
-  tutti_request r = th_request(p, w->st, nb, 0, 0);
+  tutti_request r = th_request(p, w->st, nb, 0, TUTTI_TOKENS_ALL);
   int rc = th_batch_run(w->rt, TUTTI_OP_STORE, &r, 1, &res, iter & 1, s->num_layers);
   if (rc != 0 || res.status != 0 || res.chunks_ok != full / CT)
     W_FAIL(w, "thread %d iter %d: store -> %d (%s), status %d, %u/%u chunks: %s", w->id, iter,
@@ -50,7 +50,7 @@ static void store_load(worker* w, const th_prompt* p, int iter) {
     W_FAIL(w, "thread %d iter %d: lookup -> %d, %zu of %zu tokens", w->id, iter, rc, cached, full);
 
   th_kv_poison_blocks(w->kv, w->ld, nb);
-  r = th_request(p, w->ld, nb, 0, 0);
+  r = th_request(p, w->ld, nb, 0, TUTTI_TOKENS_ALL);
   rc = th_batch_run(w->rt, TUTTI_OP_LOAD, &r, 1, &res, !(iter & 1), s->num_layers);
   if (rc != 0 || res.status != 0 || res.tokens != full)
     W_FAIL(w, "thread %d iter %d: load -> %d (%s), status %d, %zu of %zu tokens: %s", w->id,

@@ -387,7 +387,7 @@ void step_add(State& st, FuzzInput& in, BatchSlot& s, size_t slot_index) {
     if (in.in<int>(0, 15) == 15) r.token_begin += 1;  // not a chunk boundary
     switch (in.in<int>(0, 3)) {
       case 0: r.token_end = r.num_tokens; break;
-      case 1: r.token_end = 0; break;
+      case 1: r.token_end = TUTTI_TOKENS_ALL; break;
       default: r.token_end = in.in<size_t>(0, r.num_tokens + 1); break;
     }
     r.salt = q->p.salt.empty() ? nullptr : q->p.salt.data();

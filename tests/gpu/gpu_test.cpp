@@ -139,6 +139,7 @@ TEST_P(GpuRoundTrip, StoreFromHbmLoadIntoHbm) {
     r.num_tokens = n;
     r.block_table = table.data() + used;
     r.num_block_ids = n / bt;
+    r.token_end = TUTTI_TOKENS_ALL;
     reqs.push_back(r);
     used += n / bt;
   }
@@ -275,6 +276,7 @@ TEST_P(GpuGraph, ReplayWaitsForEachLoad) {
     std::vector<tutti_request> r(1);
     r[0] = tutti_request{};
     r[0].tokens = prompts[p].data(), r[0].num_tokens = n, r[0].block_table = table.data(), r[0].num_block_ids = n / bt;
+    r[0].token_end = TUTTI_TOKENS_ALL;
     ASSERT_EQ(run(rt, TUTTI_OP_STORE, r, layers), 0) << tutti_last_error();
   }
   void* snap = tutti::gpu::alloc(0, kv.ref.size());
@@ -287,6 +289,7 @@ TEST_P(GpuGraph, ReplayWaitsForEachLoad) {
     tutti::gpu::fill_zero(snap, kv.ref.size());
     tutti_request r{};
     r.tokens = prompts[p].data(), r.num_tokens = n, r.block_table = table.data(), r.num_block_ids = n / bt;
+    r.token_end = TUTTI_TOKENS_ALL;
     tutti_batch* b = nullptr;
     ASSERT_EQ(tutti_batch_create(rt, TUTTI_OP_LOAD, &b), 0);
     ASSERT_EQ(tutti_batch_add(b, &r, 1), 0);
@@ -344,6 +347,7 @@ TEST_P(GpuFailedRead, LeavesBlocksAlone) {
   std::vector<tutti_request> r(1);
   r[0] = tutti_request{};
   r[0].tokens = tokens.data(), r[0].num_tokens = n, r[0].block_table = table.data(), r[0].num_block_ids = n / bt;
+  r[0].token_end = TUTTI_TOKENS_ALL;
   ASSERT_EQ(run(rt, TUTTI_OP_STORE, r, layers), 0) << tutti_last_error();
 
   // A fresh pool fills its lowest slots first: chunks 0-7 sit in slots 0-7. Cut the file

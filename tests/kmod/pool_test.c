@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   tutti_request r;
   memset(&r, 0, sizeof r);
   r.tokens = tokens, r.num_tokens = TOKENS, r.block_table = stored_in, r.num_block_ids = TOKENS / BT;
+  r.token_end = TUTTI_TOKENS_ALL;
 
   tutti_runtime* rt = NULL;
   int rc = open_rt(pool, "uring", NULL, NULL, bases, &rt);

@@ -127,7 +127,7 @@ class Request:
     tokens: Any
     block_table: Any
     token_begin: int = 0
-    token_end: int = 0
+    token_end: Optional[int] = None  # None: the whole prompt; 0 (a lookup's miss): nothing
     salt: Optional[bytes] = None
 
 
@@ -153,7 +153,7 @@ class Batch(_Handle):
         self._requests = []  # kept alive: tutti reads their buffers until the batch is done
         self._raw = _split(_c.tutti_batch_create(rt._raw, ops[op]))
 
-    def add(self, tokens, block_table, token_begin: int = 0, token_end: int = 0, salt: Optional[bytes] = None) -> int:
+    def add(self, tokens, block_table, token_begin: int = 0, token_end: Optional[int] = None, salt: Optional[bytes] = None) -> int:
         """Adds one request; returns its index."""
         return self.add_many([Request(tokens, block_table, token_begin, token_end, salt)])
 

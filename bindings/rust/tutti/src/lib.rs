@@ -124,6 +124,9 @@ pub enum Op {
     Store,
 }
 
+/// `token_end` of a request that moves every whole chunk of its prompt.
+pub const TOKENS_ALL: usize = usize::MAX;
+
 /// One prompt's range to load or store. Borrowed: the batch reads it until it is done.
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
@@ -131,14 +134,15 @@ pub struct Request<'a> {
     pub block_table: &'a [i32],
     /// A multiple of chunk_tokens.
     pub token_begin: usize,
-    /// 0: all tokens; rounded down to a whole chunk.
+    /// Rounded down to a whole chunk; TOKENS_ALL (what `new` sets): the whole prompt; 0 (a
+    /// lookup's miss) moves nothing.
     pub token_end: usize,
     pub salt: Option<&'a [u8]>,
 }
 
 impl<'a> Request<'a> {
     pub fn new(tokens: &'a [i32], block_table: &'a [i32]) -> Request<'a> {
-        Request { tokens, block_table, token_begin: 0, token_end: 0, salt: None }
+        Request { tokens, block_table, token_begin: 0, token_end: TOKENS_ALL, salt: None }
     }
 }
 
