@@ -40,6 +40,18 @@ class DramPool {
   std::vector<Map> maps_;
 };
 
+// Runs fn(arg), which touches the mapped pool, and returns true; or returns false if it touched a
+// page that is gone because another process truncated a pool file. Such a touch raises SIGBUS;
+// a handler (installed on first use, handing every other SIGBUS to the one it replaced) jumps
+// back here instead of killing the process. fn must only read and write memory: it is left
+// midway, so it may hold no lock, allocate nothing and own nothing with a destructor.
+bool touch_mapped(void (*fn)(void*), void* arg);
+
+template <class F>
+bool touch_mapped(F&& f) {
+  return touch_mapped([](void* p) { (*static_cast<F*>(p))(); }, &f);
+}
+
 // The host-memory side: a pool of threads copying between the mapping and the ops' memory.
 std::unique_ptr<Backend> make_dram_backend(const BackendConfig& cfg, const DramPool& pool);
 

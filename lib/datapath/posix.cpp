@@ -104,13 +104,16 @@ std::unique_ptr<Backend> make_dram_backend(const BackendConfig& cfg, const DramP
   return make_thread_backend(cfg, "dram", "memcpy with the mapped pool", [&pool](IoOp& op) -> int64_t {
     std::byte* at = pool.host(op.file, op.offset);
     remaining_iovecs(op);
-    for (const iovec& v : op.rest) {
-      if (op.write)
-        std::memcpy(at, v.iov_base, v.iov_len);
-      else
-        std::memcpy(v.iov_base, at, v.iov_len);
-      at += v.iov_len;
-    }
+    const bool ok = touch_mapped([&] {
+      for (const iovec& v : op.rest) {
+        if (op.write)
+          std::memcpy(at, v.iov_base, v.iov_len);
+        else
+          std::memcpy(v.iov_base, at, v.iov_len);
+        at += v.iov_len;
+      }
+    });
+    if (!ok) return -EIO;  // the pool file was truncated under the mapping
     return static_cast<int64_t>(op.length);
   });
 }

@@ -682,9 +682,19 @@ void Batch::issue_layer_dram(uint32_t layer) {
       const uint64_t pad = shape.v_offset() - shape.kv_bytes();
       for (size_t i = 0; i < n; ++i) {
         std::byte* p = extents[i];
-        std::memset(p + shape.kv_bytes(), 0, pad);
-        std::memset(p + shape.v_offset() + shape.kv_bytes(), 0, pad);
-        items_[i].sums[layer] = layer_sum(p, shape.layer_bytes());
+        uint64_t sum = 0;
+        const bool ok = touch_mapped([&] {
+          std::memset(p + shape.kv_bytes(), 0, pad);
+          std::memset(p + shape.v_offset() + shape.kv_bytes(), 0, pad);
+          sum = layer_sum(p, shape.layer_bytes());
+        });
+        if (!ok) {
+          const Extent e = g.layer_extent(items_[i].slot, layer);
+          fail_item(items_[i], TUTTI_EIO);
+          note_error(items_[i], layer, "write to " + rt_->pool().file(e.file).path + " at offset " + std::to_string(e.offset) +
+                                           ": the file was truncated under its mapping (by another process?)");
+        }
+        items_[i].sums[layer] = sum;
       }
       rt_->counters().bytes_written += n * shape.layer_bytes();
     } catch (const Error& e) {

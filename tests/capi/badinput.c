@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -678,6 +679,64 @@ static void test_full_disk(void** state) {
   ctx_close(&c);
 }
 
+/* Another process truncating a dram pool file under tutti's mapping: loads and stores fail with
+ * TUTTI_EIO, and the process lives on (the touch raised SIGBUS). */
+static void test_dram_truncated(void** state) {
+  (void)state;
+  char shm[64] = "/dev/shm/tutti-test-XXXXXX";
+  if (!mkdtemp(shm)) {
+    print_message("no /dev/shm here: %s\n", strerror(errno));
+    skip();
+  }
+  uint64_t rng = th_base_seed() ^ 0xA8;
+  th_kv_spec spec = th_spec_default();
+  th_kv* kv = NULL;
+  TH_OK(th_kv_create(&kv, &spec));
+  th_prompt p, q;
+  th_prompt_random(&p, &rng, 3 * CT);
+  th_prompt_random(&q, &rng, 2 * CT);
+  int32_t st[16], ld[16], sq[16];
+  size_t nb = th_nblocks(p.n, spec.block_tokens), nq = th_nblocks(q.n, spec.block_tokens);
+  th_blocks alloc;
+  th_blocks_init(&alloc, spec.num_blocks, &rng);
+  th_blocks_take(&alloc, st, nb);
+  th_blocks_take(&alloc, ld, nb);
+  th_blocks_take(&alloc, sq, nq);
+  th_blocks_free(&alloc);
+  const char* extra[] = {"backend", "dram", NULL};
+  tutti_runtime* rt = NULL;
+  TH_OK(th_open(&rt, shm, "16M", CT, extra, kv));
+  th_store_prompt(rt, kv, &p, st, nb);
+  TH_EQ(th_lookup(rt, &p), 3 * CT);
+
+  char pool[128];
+  snprintf(pool, sizeof pool, "%s/pool.tutti", shm);
+  pid_t pid = fork();
+  if (pid == 0) _exit(truncate(pool, 4096) == 0 ? 0 : 1);
+  int ws = 0;
+  assert_int_equal(waitpid(pid, &ws, 0), pid);
+  assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+
+  tutti_result res;
+  tutti_request r = th_request(&p, ld, nb, 0, TUTTI_TOKENS_ALL);
+  TH_EQ(th_batch_run(rt, TUTTI_OP_LOAD, &r, 1, &res, 0, 0), TUTTI_EIO);
+  print_message("load: %s\n", th_batch_error());
+  assert_non_null(strstr(th_batch_error(), pool));
+  TH_EQ(res.status, TUTTI_EIO);
+  TH_EQ(res.chunks_ok, 0);
+  th_kv_fill(kv, &q, sq, 0, q.n);
+  r = th_request(&q, sq, nq, 0, TUTTI_TOKENS_ALL);
+  TH_EQ(th_batch_run(rt, TUTTI_OP_STORE, &r, 1, &res, 0, 0), TUTTI_EIO);
+  print_message("store: %s\n", th_batch_error());
+  TH_EQ(res.chunks_ok, 0);
+  tutti_runtime_close(rt);
+
+  th_kv_destroy(kv);
+  th_prompt_free(&p);
+  th_prompt_free(&q);
+  th_rmtree(shm);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_version_strerror),
@@ -696,6 +755,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_paths, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_tiny_pool, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_full_disk, th_setup_dir, th_teardown_dir),
+      cmocka_unit_test(test_dram_truncated),
   };
   if (th_require_pool() == TH_SKIP) return TH_SKIP;
   return cmocka_run_group_tests_name("badinput", tests, NULL, NULL);
