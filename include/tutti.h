@@ -14,7 +14,9 @@
  *     thread at a time; different batches may be driven concurrently.
  *  5. Structs that may grow start with `struct_size`; set it to sizeof(the struct). Options grow
  *     as string keys (tutti_options_set), each with a TUTTI_* environment variable.
- *  6. Nothing here blocks unless its name says wait, close or destroy.
+ *  6. Nothing here blocks on I/O unless its name says wait, close or destroy, except
+ *     tutti_runtime_register_kv, which opens (or creates and pre-allocates) the pool files.
+ *     Submitting never waits for the disk: durability work runs on tutti's own threads.
  */
 #ifndef TUTTI_H
 #define TUTTI_H
@@ -48,19 +50,48 @@ TUTTI_API const char* tutti_version_string(void);
 
 typedef enum tutti_error {
   TUTTI_OK = 0,
-  TUTTI_EINVAL = -1,       /* an argument is invalid (NULL, out of range, inconsistent) */
-  TUTTI_ENOMEM = -2,       /* host memory could not be allocated */
-  TUTTI_EIO = -3,          /* the storage device reported an error */
-  TUTTI_ENOSPC = -4,       /* the pool (or the disk under it) is full */
-  TUTTI_ENOENT = -5,       /* a chunk is not in the pool (evicted, never stored; for a store:
-                              another batch was storing it and failed) */
-  TUTTI_ELAYOUT = -6,      /* the pool was created for another KV layout */
-  TUTTI_ECORRUPT = -7,     /* on-disk data failed a checksum; it is never handed back */
-  TUTTI_ESTATE = -8,       /* the call is not valid in the object's current state */
-  TUTTI_EUNSUPPORTED = -9, /* not available in this build or on this machine */
-  TUTTI_EACCES = -10,      /* a pool path cannot be opened or created */
-  TUTTI_EINTERNAL = -11,   /* a bug in tutti; please report it with tutti_last_error() */
-  TUTTI_EBUSY = -12        /* the pool is open in another runtime (pools are locked) */
+  /* An argument is invalid: a NULL handle or required pointer, an option key or value tutti does
+   * not know, a layout with zero or overflowing sizes, a block id outside [0, num_blocks), a
+   * token range not on chunk boundaries or past the prompt, an op outside tutti_op, the same
+   * pool path twice. Nothing was changed. */
+  TUTTI_EINVAL = -1,
+  /* Host memory (or pinned / staging memory) could not be allocated. */
+  TUTTI_ENOMEM = -2,
+  /* The storage under the pool failed a read or write (errno and path in tutti_last_error()),
+   * or a dram pool file was truncated by another process under tutti's mapping. The chunks
+   * it touched fail; others in the batch are unaffected. */
+  TUTTI_EIO = -3,
+  /* Creating a pool: the disk has no room for it (the new file is removed again). Storing: no
+   * slot can be freed, because every one holds a chunk a batch in flight depends on. */
+  TUTTI_ENOSPC = -4,
+  /* A chunk to load is not in the pool (never stored, or evicted after the lookup); a chunk to
+   * store was being stored by another batch that failed. A miss, never an I/O error. */
+  TUTTI_ENOENT = -5,
+  /* register_kv: the pool was created for another KV shape (layers, heads, head_dim,
+   * elem_bytes, chunk_tokens), or a striped pool's files disagree. */
+  TUTTI_ELAYOUT = -6,
+  /* On-disk data failed a check: a chunk-layer whose bytes do not match the checksum stored
+   * with them (that chunk fails; its bytes are never handed back as loaded), or, at
+   * register_kv, a file whose superblock is damaged, of an unknown format, impossible in size,
+   * shorter than it says, or not a tutti pool at all (tutti fsck tells more). */
+  TUTTI_ECORRUPT = -7,
+  /* The call is not valid now: a second register_kv, a batch before register_kv, adding to or
+   * submitting a batch twice, waiting before submit, results before tutti_batch_wait, anything
+   * that moves data after tutti_runtime_close. */
+  TUTTI_ESTATE = -8,
+  /* Not in this build or on this machine: CUDA memory without CUDA, a backend that cannot
+   * work here (io_uring refused, no NVMe namespace, no tutti_kmod, cuFile missing, a dram pool
+   * not on tmpfs), direct_to_blocks=on for an unaligned layout. The message says why. */
+  TUTTI_EUNSUPPORTED = -9,
+  /* A pool path cannot be opened or created: permissions, a missing directory, a read-only
+   * file system, a missing file with create=0. */
+  TUTTI_EACCES = -10,
+  /* A bug in tutti; please report it with tutti_last_error(). */
+  TUTTI_EINTERNAL = -11,
+  /* A pool file is open in another runtime, in this process or another (pools are locked).
+   * Reported at once while that runtime lives; the lock of one just killed is waited for up
+   * to a second, until the kernel has released it. */
+  TUTTI_EBUSY = -12
 } tutti_error;
 
 /* A static, human-readable name for a code. Never NULL. */
@@ -212,7 +243,8 @@ TUTTI_API int tutti_lookup(tutti_runtime* rt, const int32_t* tokens, size_t num_
 typedef enum tutti_op {
   TUTTI_OP_LOAD = 0,
   TUTTI_OP_STORE = 1,
-  TUTTI_OP_MAX_ENUM_ = 0x7fffffff /* not an op: keeps any int a valid tutti_op value */
+  TUTTI_OP_MIN_ENUM_ = -0x7fffffff - 1, /* not ops: with these two, any int is a valid */
+  TUTTI_OP_MAX_ENUM_ = 0x7fffffff       /* tutti_op value (others are TUTTI_EINVAL) */
 } tutti_op;
 
 /* token_end of a request that moves every whole chunk of its prompt. */

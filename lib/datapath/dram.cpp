@@ -4,10 +4,14 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "common/error.hpp"
 
@@ -15,12 +19,17 @@ namespace tutti {
 
 namespace {
 
-// Initial-exec: the handler reads it, and must not be the first to touch a thread's TLS block.
-thread_local sigjmp_buf* t_recover __attribute__((tls_model("initial-exec"))) = nullptr;
+// The threads inside touch_mapped and where each jumps back to. A table, not thread_local: the
+// handler must not touch TLS, whose first use in a thread of a dlopen-ed library allocates.
+constexpr size_t kTouchers = 128;
+std::atomic<pid_t> g_toucher[kTouchers];
+sigjmp_buf* g_recover[kTouchers];
 struct sigaction g_previous;
 
 void on_sigbus(int sig, siginfo_t* info, void* context) {
-  if (sigjmp_buf* r = t_recover) siglongjmp(*r, 1);
+  const pid_t self = static_cast<pid_t>(::syscall(SYS_gettid));
+  for (size_t i = 0; i < kTouchers; ++i)
+    if (g_toucher[i].load(std::memory_order_acquire) == self) siglongjmp(*g_recover[i], 1);
   // Not a touch of the pool: as if tutti had never installed a handler.
   if (g_previous.sa_flags & SA_SIGINFO) {
     g_previous.sa_sigaction(sig, info, context);
@@ -28,6 +37,18 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
     ::signal(sig, SIG_DFL);  // the access faults again on return, now with the default action
   } else {
     g_previous.sa_handler(sig);
+  }
+}
+
+[[gnu::noinline]] size_t claim_toucher(pid_t self) {  // its loop stays out of sigsetjmp's frame
+  for (;;) {
+    for (size_t i = 0; i < kTouchers; ++i) {
+      pid_t free = 0;
+      if (g_toucher[i].load(std::memory_order_relaxed) == 0 &&
+          g_toucher[i].compare_exchange_strong(free, self, std::memory_order_acq_rel))
+        return i;
+    }
+    std::this_thread::yield();  // more touching threads than entries: rare, and brief
   }
 }
 
@@ -42,14 +63,15 @@ bool touch_mapped(void (*fn)(void*), void* arg) {
     sigemptyset(&sa.sa_mask);
     ::sigaction(SIGBUS, &sa, &g_previous);
   });
+  const size_t slot = claim_toucher(static_cast<pid_t>(::syscall(SYS_gettid)));
   sigjmp_buf here;
-  if (sigsetjmp(here, 1) != 0) {  // 1: the jump restores the signal mask (SIGBUS unblocked)
-    t_recover = nullptr;
+  g_recover[slot] = &here;
+  if (sigsetjmp(here, 1) != 0) {  // 1: the jump back restores the signal mask (SIGBUS unblocked)
+    g_toucher[slot].store(0, std::memory_order_release);
     return false;
   }
-  t_recover = &here;
   fn(arg);
-  t_recover = nullptr;
+  g_toucher[slot].store(0, std::memory_order_release);
   return true;
 }
 

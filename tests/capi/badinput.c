@@ -365,6 +365,8 @@ static void test_bad_requests(void** state) {
 
   TH_ERR(TUTTI_EINVAL, tutti_batch_create(NULL, TUTTI_OP_LOAD, &b));
   TH_ERR(TUTTI_EINVAL, tutti_batch_create(c.rt, (tutti_op)7, &b));
+  TH_ERR(TUTTI_EINVAL, tutti_batch_create(c.rt, (tutti_op)-1, &b));
+  TH_ERR(TUTTI_EINVAL, tutti_batch_create(c.rt, TUTTI_OP_MIN_ENUM_, &b));
   TH_ERR(TUTTI_EINVAL, tutti_batch_create(c.rt, TUTTI_OP_LOAD, NULL));
   TH_OK(tutti_batch_create(c.rt, TUTTI_OP_LOAD, &b));
   TH_ERR(TUTTI_EINVAL, tutti_batch_add(NULL, &good, 1));

@@ -345,9 +345,9 @@ void step_lookup(State& st, FuzzInput& in) {
 
 void step_create(State& st, FuzzInput& in, BatchSlot& s) {
   if (s.b) return;
-  // Ops outside the enum are refused. (Not a negative one: tutti_op's range is 0..INT_MAX, so
-  // tutti's own code has UB loading it until the enum gets a negative enumerator.)
-  static const int kOps[] = {TUTTI_OP_LOAD, TUTTI_OP_STORE, TUTTI_OP_LOAD, TUTTI_OP_STORE, 2, 0x7fffffff};
+  // Ops outside the enum are refused, negative ones too (TUTTI_OP_MIN_ENUM_ makes every int a
+  // value of tutti_op).
+  static const int kOps[] = {TUTTI_OP_LOAD, TUTTI_OP_STORE, TUTTI_OP_LOAD, TUTTI_OP_STORE, 2, 0x7fffffff, -1, INT32_MIN};
   const int op = kOps[in.in<size_t>(0, std::size(kOps) - 1)];
   const int rc = tutti_batch_create(st.rt, static_cast<tutti_op>(op), &s.b);
   check_rc("tutti_batch_create", rc);
