@@ -37,7 +37,7 @@ extern "C" {
 /* ---- Version -------------------------------------------------------------------------- */
 
 #define TUTTI_VERSION_MAJOR 0
-#define TUTTI_VERSION_MINOR 2
+#define TUTTI_VERSION_MINOR 3
 #define TUTTI_VERSION_PATCH 0
 #define TUTTI_VERSION_NUMBER \
   (TUTTI_VERSION_MAJOR * 10000 + TUTTI_VERSION_MINOR * 100 + TUTTI_VERSION_PATCH)
