@@ -40,6 +40,8 @@ void Runtime::close() {
   // The same order as the destructor; the device, index and binding stay for the batches
   // that outlive the handle (their results, their pinned descriptors).
   scheduler_.reset();
+  load_path_.reset();
+  store_path_.reset();
   gpu_uring_.reset();
   load_backend_.reset();
   backend_.reset();
@@ -213,8 +215,36 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   gpu_uring_ = std::move(gu);
   tier_ = std::move(tier);
   backend_name_ = resolved;
-  direct_ = direct;
   device_ = std::move(device);
+
+  // The layer paths: one for loads, one for stores (cufile and passthru/nvme load through a
+  // backend and staging of their own; gpu-uring stores through the CPU producer).
+  PathParts store;
+  store.kv = binding.get();
+  store.pool = pool_.get();
+  store.backend = backend_.get();
+  store.staging = staging_.get();
+  store.tier = tier_.get();
+  store.device = device_.get();
+  store.dram = dram_.get();
+  store.counters = &counters_.io;
+  store.verify = cfg_.verify;
+  store.direct = direct;
+  store.lookahead = cfg_.lookahead;
+  PathParts load = store;
+  if (load_backend_) load.backend = load_backend_.get();
+  if (load_staging_) load.staging = load_staging_.get();
+  load.gpu_uring = gpu_uring_.get();
+  const bool per_block = cfg_.io_mode == IoMode::kPerBlockBaseline;
+  auto make = [&](const PathParts& parts, bool is_load) {
+    if (!device_) return make_host_path(parts, per_block);
+    if (per_block) return make_per_block_cuda_path(parts);
+    if (dram) return make_mapped_cuda_path(parts);
+    if (is_load && gpu_uring) return make_gpu_uring_path(parts);
+    return make_staged_cuda_path(parts);
+  };
+  load_path_ = make(load, true);
+  store_path_ = make(store, false);
   scheduler_ = std::make_unique<Scheduler>(cfg_.lookahead);
   binding_ = std::move(binding);
 }
@@ -235,9 +265,9 @@ tutti_stats Runtime::stats() const {
   tutti_stats s{};
   s.struct_size = sizeof s;
   s.num_layers = binding_ ? binding_->shape().layers : 0;
-  s.bytes_read = counters_.bytes_read;
-  s.bytes_written = counters_.bytes_written;
-  s.ios = counters_.ios;
+  s.bytes_read = counters_.io.bytes_read;
+  s.bytes_written = counters_.io.bytes_written;
+  s.ios = counters_.io.ios;
   s.lookups = counters_.lookups;
   s.hit_chunks = counters_.hit_chunks;
   s.miss_chunks = counters_.miss_chunks;

@@ -15,6 +15,7 @@
 #include "datapath/dram.hpp"
 #include "datapath/dram_tier.hpp"
 #include "datapath/gpu_uring.hpp"
+#include "datapath/layer_path.hpp"
 #include "index/index.hpp"
 #include "kernels/device.hpp"
 #include "index/key.hpp"
@@ -26,8 +27,9 @@
 namespace tutti {
 
 struct Counters {
-  std::atomic<uint64_t> bytes_read{0}, bytes_written{0}, ios{0}, lookups{0}, hit_chunks{0}, miss_chunks{0},
-      stored_chunks{0}, failed_chunks{0}, layer_waits{0}, layer_wait_ns{0};
+  IoCounters io;  // kept by the layer paths
+  std::atomic<uint64_t> lookups{0}, hit_chunks{0}, miss_chunks{0}, stored_chunks{0}, failed_chunks{0}, layer_waits{0},
+      layer_wait_ns{0};
   std::unique_ptr<std::atomic<uint64_t>[]> per_layer_wait_ns;
 };
 
@@ -58,18 +60,11 @@ class Runtime {
   Pool& pool() { return *pool_; }
   Index& index() { return *index_; }
   const KvBinding& binding() const { return *binding_; }
-  Backend& backend() { return *backend_; }
-  Staging& staging() { return *staging_; }  // only when !direct()
-  // cufile loads have a backend and a staging (in HBM) of their own.
-  Backend& backend_for(bool load) { return load && load_backend_ ? *load_backend_ : *backend_; }
-  DramTier* tier() const { return tier_.get(); }  // null without one
-  Staging& staging_for(bool load) { return load && load_staging_ ? *load_staging_ : *staging_; }
+  // How a layer moves, chosen at register_kv.
+  LayerPath& path(bool load) { return load ? *load_path_ : *store_path_; }
   Scheduler& scheduler() { return *scheduler_; }
   Counters& counters() { return counters_; }
-  bool direct() const { return direct_; }  // vectored I/O straight into blocks
   gpu::Device* device() { return device_.get(); }  // the KV cache is in CUDA memory
-  GpuUring* gpu_uring() { return gpu_uring_.get(); }  // loads are driven by the GPU
-  const DramPool* dram() const { return dram_.get(); }  // the pool is mapped memory
   Key root(const void* salt, size_t salt_len) const { return root_key(cfg_.ns, salt, salt_len); }
   uint64_t torn_records() const { return torn_records_; }
   uint64_t next_load_epoch() { return ++load_epoch_; }
@@ -95,8 +90,8 @@ class Runtime {
   std::unique_ptr<Backend> load_backend_;
   std::shared_ptr<DramTier> tier_;  // also held by the backends in front of which it sits
   std::unique_ptr<GpuUring> gpu_uring_;
+  std::unique_ptr<LayerPath> load_path_, store_path_;
   std::unique_ptr<Scheduler> scheduler_;  // last: stopped first
-  bool direct_ = false;
   uint64_t torn_records_ = 0;
   std::atomic<uint64_t> load_epoch_{0};  // numbers load batches for stream-ordered waits
   Counters counters_;

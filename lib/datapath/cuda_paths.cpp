@@ -1,0 +1,289 @@
+// The paths into CUDA memory that CPU I/O or the mapped pool feed: staged-cuda, per-block (in
+// CUDA memory) and mapped-cuda. A load is checked where its bytes land: the checksum kernel
+// runs right after the copy kernel, on the same stream.
+#include <algorithm>
+#include <cstring>
+
+#include "common/checksum.hpp"
+#include "common/error.hpp"
+#include "common/units.hpp"
+#include "datapath/dram.hpp"
+#include "datapath/path_run.hpp"
+
+namespace tutti {
+
+DeviceBatch::DeviceBatch(gpu::Device& dev, const KvBinding& kv, std::deque<PathChunk>& chunks, uint32_t layers,
+                         bool with_status, bool with_terms)
+    : dev_(dev), n_(chunks.size()) {
+  const size_t bpc = kv.blocks_per_chunk();
+  const size_t ids_bytes = align_up(n_ * bpc * sizeof(int32_t), 16);
+  const size_t copies_bytes = size_t{layers} * n_ * sizeof(gpu::ChunkCopy);
+  const size_t status_bytes = with_status ? align_up(size_t{layers} * n_ * sizeof(int32_t), 16) : 0;
+  const size_t terms_bytes = with_terms ? size_t{layers} * n_ * sizeof(uint64_t) : 0;
+  auto* base = static_cast<std::byte*>(dev.host_alloc(ids_bytes + copies_bytes + status_bytes + terms_bytes, &dev_base_));
+  pinned_ = base;
+  copies_ = reinterpret_cast<gpu::ChunkCopy*>(base + ids_bytes);
+  copies_dev_ = dev_base_ + ids_bytes;
+  status_ = reinterpret_cast<int32_t*>(base + ids_bytes + copies_bytes);
+  status_dev_ = dev_base_ + ids_bytes + copies_bytes;
+  if (with_terms) {
+    terms_ = reinterpret_cast<uint64_t*>(base + ids_bytes + copies_bytes + status_bytes);
+    terms_dev_ = dev_base_ + ids_bytes + copies_bytes + status_bytes;
+  }
+  auto* ids = reinterpret_cast<int32_t*>(base);  // the chunks' block ids, where the kernels read them
+  for (size_t i = 0; i < n_; ++i) {
+    chunks[i].first_block = static_cast<uint32_t>(i * bpc);
+    std::copy_n(chunks[i].blocks, bpc, ids + i * bpc);
+  }
+}
+
+DeviceBatch::~DeviceBatch() { dev_.host_free(pinned_); }
+
+namespace {
+
+// ---- staged-cuda: CPU or cuFile I/O into staging, one copy kernel per layer -----------------
+
+class StagedCudaRun final : public IoRun {
+ public:
+  StagedCudaRun(const PathParts& parts, bool load, std::deque<PathChunk>& chunks, PathSink& sink)
+      : IoRun(parts, load, chunks, sink, {{0, parts.kv->shape().layer_bytes()}}, parts.staging, *parts.backend),
+        mem_(*parts.device, *parts.kv, chunks, parts.kv->shape().layers, false, verify_),
+        scattered_(parts.kv->shape().layers) {}
+
+  // On a CUDA thread, once the layer's scatter (and checksum) kernels have run.
+  void landed(uint32_t layer) {
+    for (LayerOp& op : ops(layer)) staging_->release(op.stage);
+    if (verify_) {
+      const uint64_t* terms = mem_.terms(layer);
+      for (size_t j = 0; j < scattered_[layer].size(); ++j) check_terms(scattered_[layer][j], layer, terms[j]);
+    }
+    sink_.layer_landed(layer);
+  }
+
+ private:
+  void prepare(LayerOp& op) override {
+    if (!op.write) return;
+    zero_padding(op.buf);  // the gather kernel filled the rest
+    chunks_[op.item].sums[op.layer] = layer_sum(op.buf, op.length);
+  }
+  int64_t read_over(LayerOp&, int64_t res) override { return res; }  // checked in the blocks
+  bool holds_staging() const override { return true; }
+
+  // A store: blocks -> staging for a group of ops, before their writes are submitted.
+  void before_submit(std::span<IoOp* const> group, size_t first) override {
+    const uint32_t layer = static_cast<LayerOp*>(group[0])->layer;
+    gpu::ChunkCopy* copies = mem_.copies(layer) + first;
+    for (size_t i = 0; i < group.size(); ++i) {
+      auto* op = static_cast<LayerOp*>(group[i]);
+      copies[i] = gpu::ChunkCopy{staging_->device_address(op->stage), chunks_[op->item].first_block};
+    }
+    try {
+      p_.device->gather(kv_.copy_layout(), kv_.k(layer), kv_.v(layer),
+                        mem_.copies_dev(layer) + first * sizeof(gpu::ChunkCopy), group.size(), mem_.ids());
+    } catch (const Error& e) {
+      for (IoOp* op : group) fail(static_cast<LayerOp*>(op)->item, layer, e.code(), e.what());
+    }
+  }
+
+  // A load's layer is in staging: one kernel scatters it into the blocks.
+  void io_over(uint32_t layer) override {
+    if (!load_) return sink_.layer_landed(layer);
+    gpu::ChunkCopy* copies = mem_.copies(layer);
+    std::vector<uint32_t>& scattered = scattered_[layer];
+    for (LayerOp& op : ops(layer))
+      if (!failed(op.item)) {
+        copies[scattered.size()] = gpu::ChunkCopy{staging_->device_address(op.stage), chunks_[op.item].first_block};
+        scattered.push_back(op.item);
+      }
+    auto* arg = new LandedCall<StagedCudaRun>{this, layer};
+    try {
+      p_.device->scatter(kv_.copy_layout(), kv_.k(layer), kv_.v(layer), mem_.copies_dev(layer), scattered.size(),
+                         mem_.ids(), LandedCall<StagedCudaRun>::call, arg, 0, mem_.terms_dev(layer));
+    } catch (const Error& e) {
+      for (uint32_t i : scattered) fail(i, layer, e.code(), e.what());
+      scattered.clear();
+      LandedCall<StagedCudaRun>::call(arg);
+    }
+  }
+
+  DeviceBatch mem_;
+  std::vector<std::vector<uint32_t>> scattered_;  // per layer: the chunk of each copy, in order
+};
+
+// ---- per-block in CUDA memory: one copy and one I/O per block's K or V ---------------------
+
+class PerBlockCudaRun final : public IoRun {
+ public:
+  PerBlockCudaRun(const PathParts& parts, bool load, std::deque<PathChunk>& chunks, PathSink& sink,
+                  std::vector<std::pair<uint64_t, uint64_t>> ranges)
+      : IoRun(parts, load, chunks, sink, std::move(ranges), parts.staging, *parts.backend),
+        mem_(*parts.device, *parts.kv, chunks, parts.kv->shape().layers, false, verify_) {}
+
+ private:
+  // Where op's block lies: [lo, hi) is one block's K or V, whole in the block (checked at
+  // registration).
+  std::byte* block_address(const LayerOp& op) const {
+    const Shape& s = kv_.shape();
+    const bool is_v = op.lo >= s.v_offset();
+    const uint64_t u = (op.lo - (is_v ? s.v_offset() : 0)) / (op.hi - op.lo);
+    return (is_v ? kv_.v(op.layer) : kv_.k(op.layer)) +
+           uint64_t(chunks_[op.item].blocks[u]) * kv_.copy_layout().block_stride;
+  }
+
+  // A commit record needs the checksum of the whole extent: the chunk-layer is copied out once
+  // more to compute it.
+  uint64_t extent_checksum_on_device(uint32_t layer, const int32_t* blocks) const {
+    const Shape& s = kv_.shape();
+    const uint64_t bb = kv_.copy_layout().run_bytes;  // one block's K (or V)
+    thread_local std::vector<std::byte> extent;
+    extent.assign(s.layer_bytes(), std::byte{0});
+    for (uint32_t u = 0; u < kv_.blocks_per_chunk(); ++u) {
+      const uint64_t at = uint64_t(blocks[u]) * kv_.copy_layout().block_stride;
+      p_.device->copy_sync(extent.data() + u * bb, kv_.k(layer) + at, bb);
+      p_.device->copy_sync(extent.data() + s.v_offset() + u * bb, kv_.v(layer) + at, bb);
+    }
+    return layer_sum(extent.data(), extent.size());
+  }
+
+  void prepare(LayerOp& op) override {
+    if (!op.write) return;
+    p_.device->copy_sync(op.buf, block_address(op), op.length);
+    if (op.lo == 0) chunks_[op.item].sums[op.layer] = extent_checksum_on_device(op.layer, chunks_[op.item].blocks);
+  }
+
+  int64_t read_over(LayerOp& op, int64_t res) override {
+    try {
+      p_.device->copy_sync(block_address(op), op.stage.data, op.length);
+    } catch (const Error&) {
+      return -EIO;
+    }
+    return res;
+  }
+
+  // No single copy sees a chunk-layer whole: the checksum kernel checks it in the blocks.
+  void io_over(uint32_t layer) override {
+    if (verify_) {
+      gpu::ChunkCopy* copies = mem_.copies(layer);
+      std::vector<uint32_t> checked;
+      for (uint32_t i = 0; i < chunks_.size(); ++i)
+        if (!failed(i)) {
+          copies[checked.size()] = gpu::ChunkCopy{0, chunks_[i].first_block};
+          checked.push_back(i);
+        }
+      try {
+        p_.device->layer_terms_sync(kv_.copy_layout(), kv_.k(layer), kv_.v(layer), mem_.copies_dev(layer), checked.size(),
+                                    mem_.ids(), mem_.terms_dev(layer));
+        for (size_t j = 0; j < checked.size(); ++j) check_terms(checked[j], layer, mem_.terms(layer)[j]);
+      } catch (const Error& e) {
+        for (uint32_t i : checked) fail(i, layer, e.code(), e.what());
+      }
+    }
+    sink_.layer_landed(layer);
+  }
+
+  DeviceBatch mem_;
+};
+
+// ---- mapped-cuda: copy kernels between the mapped pool (dram) and the blocks ---------------
+
+class MappedCudaRun final : public RunBase {
+ public:
+  MappedCudaRun(const PathParts& parts, bool load, std::deque<PathChunk>& chunks, PathSink& sink)
+      : RunBase(parts, load, chunks, sink), mem_(*parts.device, *parts.kv, chunks, parts.kv->shape().layers, true, verify_) {}
+
+  void issue(uint32_t layer) override {
+    const Geometry& g = p_.pool->geometry();
+    const DramPool& dram = *p_.dram;
+    gpu::ChunkCopy* copies = mem_.copies(layer);
+    int32_t* status = mem_.status(layer);
+    const size_t n = chunks_.size();
+    for (uint32_t i = 0; i < n; ++i) {
+      const Extent e = g.layer_extent(chunks_[i].slot, layer);
+      copies[i] = gpu::ChunkCopy{dram.device(e.file, e.offset), chunks_[i].first_block};
+      status[i] = chunks_[i].error.load();
+    }
+    if (load_) {
+      auto* arg = new LandedCall<MappedCudaRun>{this, layer};
+      try {
+        p_.device->scatter(kv_.copy_layout(), kv_.k(layer), kv_.v(layer), mem_.copies_dev(layer), n, mem_.ids(),
+                           LandedCall<MappedCudaRun>::call, arg, mem_.status_dev(layer), mem_.terms_dev(layer));
+      } catch (const Error& e) {
+        for (size_t i = 0; i < n; ++i) status[i] = e.code();
+        LandedCall<MappedCudaRun>::call(arg);
+      }
+      return;
+    }
+    try {
+      p_.device->gather(kv_.copy_layout(), kv_.k(layer), kv_.v(layer), mem_.copies_dev(layer), n, mem_.ids());
+    } catch (const Error& e) {
+      for (uint32_t i = 0; i < n; ++i) fail(i, layer, e.code(), e.what());
+      return sink_.layer_landed(layer);
+    }
+    // The padding after K and after V is checksummed: it must hold defined bytes.
+    const Shape& s = kv_.shape();
+    const uint64_t pad = s.v_offset() - s.kv_bytes();
+    for (uint32_t i = 0; i < n; ++i) {
+      const Extent e = g.layer_extent(chunks_[i].slot, layer);
+      std::byte* extent = dram.host(e.file, e.offset);
+      uint64_t sum = 0;
+      const bool ok = touch_mapped([&] {
+        std::memset(extent + s.kv_bytes(), 0, pad);
+        std::memset(extent + s.v_offset() + s.kv_bytes(), 0, pad);
+        sum = layer_sum(extent, s.layer_bytes());
+      });
+      if (!ok) fail(i, layer, TUTTI_EIO, "write to " + where(i, layer) + ": the file was truncated under its mapping (by another process?)");
+      chunks_[i].sums[layer] = sum;
+    }
+    p_.counters->bytes_written += n * s.layer_bytes();
+    sink_.layer_landed(layer);
+  }
+
+  // On a CUDA thread, once the layer's copy (and checksum) kernels have run.
+  void landed(uint32_t layer) { land(layer, mem_.status(layer), verify_ ? mem_.terms(layer) : nullptr, false); }
+
+ private:
+  DeviceBatch mem_;
+};
+
+class CudaPath final : public LayerPath {
+ public:
+  enum Kind { kStaged, kPerBlock, kMapped };
+  CudaPath(const PathParts& parts, Kind kind) : p_(parts), kind_(kind) {}
+  const char* name() const override { return kind_ == kStaged ? "staged-cuda" : kind_ == kPerBlock ? "per-block" : "mapped-cuda"; }
+
+  std::unique_ptr<PathRun> plan(bool load, std::deque<PathChunk>& chunks, PathSink& sink) override {
+    if (kind_ == kMapped) return std::make_unique<MappedCudaRun>(p_, load, chunks, sink);
+    if (kind_ == kStaged) {
+      TUTTI_EXPECT(!load || chunks.size() <= p_.staging->count(),
+                   "a load into CUDA memory stages a whole layer: " + std::to_string(chunks.size()) +
+                       " chunks need staging >= " + std::to_string(chunks.size() * p_.staging->buffer_bytes()) +
+                       " bytes (option staging / TUTTI_STAGING)");
+      return std::make_unique<StagedCudaRun>(p_, load, chunks, sink);
+    }
+    const KvBinding& kv = *p_.kv;
+    const Shape& s = kv.shape();
+    const uint64_t bb = s.token_bytes() * kv.block_tokens();
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    for (uint64_t sec : {uint64_t{0}, s.v_offset()})
+      for (uint64_t o = 0; o < s.kv_bytes(); o += bb) ranges.emplace_back(sec + o, sec + o + bb);
+    return std::make_unique<PerBlockCudaRun>(p_, load, chunks, sink, std::move(ranges));
+  }
+
+ private:
+  const PathParts p_;
+  const Kind kind_;
+};
+
+}  // namespace
+
+std::unique_ptr<LayerPath> make_staged_cuda_path(const PathParts& parts) {
+  return std::make_unique<CudaPath>(parts, CudaPath::kStaged);
+}
+std::unique_ptr<LayerPath> make_per_block_cuda_path(const PathParts& parts) {
+  return std::make_unique<CudaPath>(parts, CudaPath::kPerBlock);
+}
+std::unique_ptr<LayerPath> make_mapped_cuda_path(const PathParts& parts) {
+  return std::make_unique<CudaPath>(parts, CudaPath::kMapped);
+}
+
+}  // namespace tutti

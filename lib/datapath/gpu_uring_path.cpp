@@ -1,0 +1,143 @@
+// gpu-uring loads: per layer, one launch on the GPU writes the layer's io_uring submissions,
+// polls their completions and scatters what landed into the blocks; the CPU only launches it.
+#include <algorithm>
+
+#include "common/error.hpp"
+#include "common/units.hpp"
+#include "datapath/gpu_uring.hpp"
+#include "datapath/path_run.hpp"
+
+namespace tutti {
+
+namespace {
+
+class GpuUringRun final : public RunBase {
+ public:
+  GpuUringRun(const PathParts& parts, std::deque<PathChunk>& chunks, PathSink& sink)
+      : RunBase(parts, true, chunks, sink), mem_(*parts.device, *parts.kv, chunks, parts.kv->shape().layers, false, verify_) {
+    GpuUring& gu = *p_.gpu_uring;
+    Staging& staging = *p_.staging;
+    const size_t n = chunks_.size();
+    TUTTI_EXPECT(n <= gu.max_chunks(), "backend gpu-uring reads at most " + std::to_string(gu.max_chunks()) +
+                                           " chunks per layer; this batch has " + std::to_string(n));
+    TUTTI_EXPECT(n <= staging.count(), "a load into CUDA memory stages a whole layer: " + std::to_string(n) +
+                                           " chunks need staging >= " + std::to_string(n * staging.buffer_bytes()) +
+                                           " bytes (option staging / TUTTI_STAGING)");
+    // As many staging sets as the lookahead can use and the budget holds.
+    const size_t sets = std::max<size_t>(
+        1, std::min<size_t>({p_.lookahead, staging.count() / n, gpu::UringDriver::kMaxStreams}));
+    const size_t chunks_bytes = align_up(n * sizeof(gpu::IoChunk), 16);
+    const size_t set_bytes = align_up(n * (sizeof(gpu::IoTarget) + sizeof(gpu::ChunkCopy)) + n * sizeof(int32_t), 16);
+    uint64_t dev = 0;
+    pinned_ = p_.device->host_alloc(chunks_bytes + sets * set_bytes, &dev);
+    auto* base = static_cast<std::byte*>(pinned_);
+    auto* io = reinterpret_cast<gpu::IoChunk*>(base);
+    const Geometry& g = p_.pool->geometry();
+    for (size_t i = 0; i < n; ++i) {
+      const Extent e = g.layer_extent(chunks_[i].slot, 0);
+      io[i] = gpu::IoChunk{e.offset, e.file, p_.pool->file(e.file).in_memory ? 1u : 0u};
+    }
+    chunks_dev_ = dev;
+    sets_.resize(sets);
+    for (size_t k = 0; k < sets; ++k) {
+      const size_t at = chunks_bytes + k * set_bytes;
+      Set& set = sets_[k];
+      set.targets = dev + at;
+      set.copies = set.targets + n * sizeof(gpu::IoTarget);
+      set.status = set.copies + n * sizeof(gpu::ChunkCopy);
+      set.targets_host = reinterpret_cast<gpu::IoTarget*>(base + at);
+      set.copies_host = reinterpret_cast<gpu::ChunkCopy*>(set.targets_host + n);
+      set.status_host = reinterpret_cast<const int32_t*>(set.copies_host + n);
+    }
+  }
+
+  ~GpuUringRun() override {
+    release_staging();
+    p_.device->host_free(pinned_);
+  }
+
+  void issue(uint32_t layer) override {
+    const size_t n = chunks_.size();
+    if (staging_.empty()) {  // first layer: the staging of every set, for the whole batch
+      Staging& staging = *p_.staging;
+      for (Set& set : sets_) {
+        for (size_t i = 0; i < n; ++i) {
+          Staging::Buffer b = staging.acquire();
+          staging_.push_back(b);
+          set.targets_host[i] = gpu::IoTarget{reinterpret_cast<uint64_t>(b.data), static_cast<uint32_t>(b.region), 0};
+          set.copies_host[i] = gpu::ChunkCopy{staging.device_address(b), chunks_[i].first_block};
+        }
+      }
+    }
+    const uint32_t k = static_cast<uint32_t>(layer % sets_.size());
+    const Set& set = sets_[k];
+    gpu::LayerLoad a;
+    a.layer = layer;
+    a.n = static_cast<uint32_t>(n);
+    a.layer_bytes = kv_.shape().layer_bytes();
+    a.chunks = chunks_dev_;
+    a.targets = set.targets;
+    a.copies = set.copies;
+    a.ids = mem_.ids();
+    a.status = set.status;
+    a.terms = mem_.terms_dev(layer);
+    a.layout = kv_.copy_layout();
+    a.k = kv_.k(layer);
+    a.v = kv_.v(layer);
+    p_.counters->ios += n;
+    auto* arg = new LandedCall<GpuUringRun>{this, layer};
+    try {
+      p_.gpu_uring->load_layer(k, a, LandedCall<GpuUringRun>::call, arg);
+    } catch (const Error& e) {
+      delete arg;
+      for (uint32_t i = 0; i < n; ++i) fail(i, layer, e.code(), e.what());
+      sink_.layer_landed(layer);
+    }
+  }
+
+  void all_landed() override { release_staging(); }
+
+  // On a CUDA thread, once the layer's reads are over and its good chunks are in the blocks.
+  // Layer L uses set L % sets and the driver's stream of the same number, so a set is reused
+  // only after the stream has finished the layer before.
+  void landed(uint32_t layer) {
+    land(layer, sets_[layer % sets_.size()].status_host, verify_ ? mem_.terms(layer) : nullptr, true);
+  }
+
+ private:
+  void release_staging() {
+    for (const Staging::Buffer& b : staging_) p_.staging->release(b);
+    staging_.clear();
+  }
+
+  struct Set {
+    uint64_t targets = 0, copies = 0, status = 0;  // device addresses
+    gpu::IoTarget* targets_host = nullptr;        // the same memory, as the CPU sees it
+    gpu::ChunkCopy* copies_host = nullptr;
+    const int32_t* status_host = nullptr;
+  };
+  DeviceBatch mem_;
+  void* pinned_ = nullptr;  // the chunks' extents, then every set's descriptors
+  uint64_t chunks_dev_ = 0;
+  std::vector<Set> sets_;
+  std::vector<Staging::Buffer> staging_;
+};
+
+class GpuUringPath final : public LayerPath {
+ public:
+  explicit GpuUringPath(const PathParts& parts) : p_(parts) {}
+  const char* name() const override { return "gpu-uring"; }
+  std::unique_ptr<PathRun> plan(bool load, std::deque<PathChunk>& chunks, PathSink& sink) override {
+    TUTTI_EXPECT_CODE(load, TUTTI_EINTERNAL, "gpu-uring moves loads only");
+    return std::make_unique<GpuUringRun>(p_, chunks, sink);
+  }
+
+ private:
+  const PathParts p_;
+};
+
+}  // namespace
+
+std::unique_ptr<LayerPath> make_gpu_uring_path(const PathParts& parts) { return std::make_unique<GpuUringPath>(parts); }
+
+}  // namespace tutti

@@ -1,0 +1,252 @@
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/checksum.hpp"
+#include "common/error.hpp"
+#include "common/units.hpp"
+#include "datapath/dram_tier.hpp"
+#include "datapath/path_run.hpp"
+
+namespace tutti {
+
+// ---- RunBase ------------------------------------------------------------------------------
+
+void RunBase::fail(uint32_t i, uint32_t layer, int code, const std::string& why) {
+  sink_.chunk_failed(i, layer, code, why);
+}
+
+void RunBase::corrupt(uint32_t i, uint32_t layer, const std::string& where) {
+  fail(i, layer, TUTTI_ECORRUPT, "checksum mismatch: " + where + " holds other bytes than were stored");
+  forget(i, layer);
+}
+
+void RunBase::forget(uint32_t i, uint32_t layer) {
+  if (!p_.tier) return;
+  const Extent e = p_.pool->geometry().layer_extent(chunks_[i].slot, layer);
+  p_.tier->drop(e.file, e.offset, e.length);
+}
+
+std::string RunBase::where(uint32_t i, uint32_t layer, uint64_t past) const {
+  const Extent e = p_.pool->geometry().layer_extent(chunks_[i].slot, layer);
+  return p_.pool->file(e.file).path + " at offset " + std::to_string(e.offset + past);
+}
+
+void RunBase::check_terms(uint32_t i, uint32_t layer, uint64_t terms) {
+  if (!matches(i, layer, layer_sum_of_terms(terms, kv_.shape().layer_bytes())))
+    corrupt(i, layer, "the blocks it landed in (read from " + where(i, layer) + ")");
+}
+
+void RunBase::land(uint32_t layer, const int32_t* status, const uint64_t* terms, bool errnos) {
+  uint64_t ok = 0;
+  for (uint32_t i = 0; i < chunks_.size(); ++i) {
+    if (status[i] == 0) {
+      if (terms) check_terms(i, layer, terms[i]);
+      ++ok;
+    } else if (!errnos) {
+      fail(i, layer, status[i]);
+    } else {
+      const int e = -status[i];
+      fail(i, layer, e == ENOSPC ? TUTTI_ENOSPC : TUTTI_EIO, "read of " + where(i, layer) + ": " + std::strerror(e));
+    }
+  }
+  p_.counters->bytes_read += ok * kv_.shape().layer_bytes();
+  sink_.layer_landed(layer);
+}
+
+// K runs, zero padding up to V, V runs, zero padding to the end. A page that is one run is
+// hashed in place, any other is assembled first.
+uint64_t extent_checksum(const KvBinding& kv, uint32_t layer, const int32_t* blocks) {
+  const uint64_t bytes = kv.shape().layer_bytes();
+  alignas(64) std::byte page[kIoAlign];
+  uint64_t terms = 0;
+  for (uint64_t p = 0; p < bytes; p += kIoAlign) {
+    const std::byte* whole = nullptr;
+    bool zeroed = false;  // zeroed lazily: most pages of a direct layout are one run
+    kv.for_each_run(layer, blocks, p, p + kIoAlign, [&](const MemRun& r) {
+      if (r.len == kIoAlign) {
+        whole = r.addr;
+        return;
+      }
+      if (!zeroed) std::memset(page, 0, sizeof page), zeroed = true;
+      std::memcpy(page + (r.obj_off - p), r.addr, r.len);
+    });
+    if (!whole && !zeroed) std::memset(page, 0, sizeof page);  // all padding
+    terms += page_term(whole ? whole : page, p / kIoAlign);
+  }
+  return layer_sum_of_terms(terms, bytes);
+}
+
+// ---- IoRun --------------------------------------------------------------------------------
+
+IoRun::IoRun(const PathParts& parts, bool load, std::deque<PathChunk>& chunks, PathSink& sink,
+             std::vector<std::pair<uint64_t, uint64_t>> ranges, Staging* staging, Backend& backend)
+    : RunBase(parts, load, chunks, sink),
+      staging_(staging),
+      ranges_(std::move(ranges)),
+      backend_(backend),
+      ops_(kv_.shape().layers),
+      pending_(std::make_unique<std::atomic<uint32_t>[]>(kv_.shape().layers)) {}
+
+void IoRun::zero_padding(std::byte* extent) const {
+  const Shape& s = kv_.shape();
+  const uint64_t pad = s.v_offset() - s.kv_bytes();
+  if (!pad) return;
+  std::memset(extent + s.kv_bytes(), 0, pad);
+  std::memset(extent + s.v_offset() + s.kv_bytes(), 0, pad);
+}
+
+void IoRun::issue(uint32_t layer) {
+  const Geometry& g = p_.pool->geometry();
+  std::vector<LayerOp>& ops = ops_[layer];
+  ops.reserve(chunks_.size() * ranges_.size());
+  for (uint32_t i = 0; i < chunks_.size(); ++i) {
+    if (failed(i)) continue;
+    const Extent e = g.layer_extent(chunks_[i].slot, layer);
+    for (auto [lo, hi] : ranges_) {
+      LayerOp& op = ops.emplace_back();
+      op.run = this, op.item = i, op.layer = layer, op.lo = lo, op.hi = hi;
+      op.file = e.file, op.offset = e.offset + lo, op.length = hi - lo, op.write = !load_;
+    }
+  }
+  pending_[layer].store(static_cast<uint32_t>(ops.size()) + 1);  // +1 held until all are issued
+  p_.counters->ios += ops.size();
+  // Submit in groups; when staging runs out, hand over what is ready before blocking, so the
+  // I/Os that will free buffers are already on their way.
+  std::vector<IoOp*> group;
+  group.reserve(64);
+  size_t first = 0;  // index in `ops` of the group's first op
+  auto flush = [&] {
+    if (group.empty()) return;
+    if (!load_) before_submit(group, first);
+    backend_.submit(group);
+    first += group.size();
+    group.clear();
+  };
+  for (LayerOp& op : ops) {
+    if (staging_ && !staging_->try_acquire(&op.stage)) {
+      flush();
+      op.stage = staging_->acquire();
+    }
+    group.push_back(&op);
+    if (group.size() == 64) flush();
+  }
+  flush();
+  // Drop the issue hold; if every op already finished, this completes the layer.
+  if (pending_[layer].fetch_sub(1) == 1) io_over(layer);
+}
+
+void IoRun::op_done(LayerOp& op, int64_t res) {
+  if (res == static_cast<int64_t>(op.length)) {
+    (op.write ? p_.counters->bytes_written : p_.counters->bytes_read) += op.length;
+  } else {
+    const std::string at = where(op.item, op.layer, op.lo);
+    fail(op.item, op.layer, res == -ENOSPC ? TUTTI_ENOSPC : res == -EBADMSG ? TUTTI_ECORRUPT : TUTTI_EIO,
+         res == -EBADMSG ? "checksum mismatch: the bytes read from " + at + " are not the ones stored"
+         : res < 0       ? std::string(op.write ? "write to " : "read of ") + at + ": " + std::strerror(static_cast<int>(-res))
+                         : std::string(op.write ? "short write to " : "short read of ") + at + " (" + std::to_string(res) +
+                               " of " + std::to_string(op.length) + " bytes)");
+  }
+  if (pending_[op.layer].fetch_sub(1) == 1) io_over(op.layer);
+}
+
+void LayerOp::prepare() {
+  if (stage.data) {
+    buf = stage.data;
+    buf_index = stage.region;
+  }
+  run->prepare(*this);
+}
+
+void LayerOp::complete(int64_t res) {
+  if (res == static_cast<int64_t>(length) && !write) res = run->read_over(*this, res);
+  if (stage.data && (write || !run->holds_staging())) run->staging_->release(stage);
+  run->op_done(*this, res);
+}
+
+// ---- host: CPU I/O into host memory ---------------------------------------------------------
+
+namespace {
+
+class HostRun final : public IoRun {
+ public:
+  HostRun(const PathParts& parts, bool load, std::deque<PathChunk>& chunks, PathSink& sink,
+          std::vector<std::pair<uint64_t, uint64_t>> ranges)
+      : IoRun(parts, load, chunks, sink, std::move(ranges), parts.direct ? nullptr : parts.staging, *parts.backend) {}
+
+ private:
+  bool whole(const LayerOp& op) const { return op.hi - op.lo == kv_.shape().layer_bytes(); }
+
+  void prepare(LayerOp& op) override {
+    PathChunk& c = chunks_[op.item];
+    if (!op.stage.data) {
+      op.iovs.clear();
+      kv_.iovecs(op.layer, c.blocks, op.lo, op.hi, op.iovs);
+      op.iov = op.iovs.data();
+      op.iovcnt = static_cast<int>(op.iovs.size());
+    } else if (op.write) {
+      kv_.gather(op.layer, c.blocks, op.lo, op.hi, op.buf);
+      if (whole(op)) zero_padding(op.buf);
+    }
+    if (op.write && op.lo == 0)
+      c.sums[op.layer] = op.stage.data && whole(op) ? layer_sum(op.buf, op.length) : extent_checksum(kv_, op.layer, c.blocks);
+  }
+
+  // A whole extent is checked by the I/O thread: in staging before a byte reaches the blocks,
+  // or in the blocks it was read into directly. Pieces are checked once the layer is all there.
+  int64_t read_over(LayerOp& op, int64_t res) override {
+    const PathChunk& c = chunks_[op.item];
+    if (verify_ && op.lo == 0 && whole(op)) {
+      const uint64_t got = op.stage.data ? layer_sum(op.stage.data, op.length) : extent_checksum(kv_, op.layer, c.blocks);
+      if (!matches(op.item, op.layer, got)) {
+        forget(op.item, op.layer);
+        return -EBADMSG;  // op_done says where
+      }
+    }
+    if (op.stage.data) kv_.scatter(op.layer, c.blocks, op.lo, op.hi, op.stage.data);
+    return res;
+  }
+
+  void io_over(uint32_t layer) override {
+    if (verify_ && ranges_.size() > 1)
+      for (uint32_t i = 0; i < chunks_.size(); ++i)
+        if (!failed(i) && !matches(i, layer, extent_checksum(kv_, layer, chunks_[i].blocks)))
+          corrupt(i, layer, "the blocks it landed in (read from " + where(i, layer) + ")");
+    sink_.layer_landed(layer);
+  }
+};
+
+class HostPath final : public LayerPath {
+ public:
+  HostPath(const PathParts& parts, bool per_block) : p_(parts), per_block_(per_block) {}
+  const char* name() const override { return per_block_ ? "per-block" : "host"; }
+
+  std::unique_ptr<PathRun> plan(bool load, std::deque<PathChunk>& chunks, PathSink& sink) override {
+    const KvBinding& kv = *p_.kv;
+    const Shape& s = kv.shape();
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    if (per_block_) {  // one block's K or V per I/O
+      const uint64_t bb = s.token_bytes() * kv.block_tokens();
+      for (uint64_t sec : {uint64_t{0}, s.v_offset()})
+        for (uint64_t o = 0; o < s.kv_bytes(); o += bb) ranges.emplace_back(sec + o, sec + o + bb);
+    } else if (p_.direct) {
+      const uint64_t step = kv.run_bytes() * IOV_MAX;  // runs are whole iovecs
+      for (uint64_t o = 0; o < s.layer_bytes(); o += step) ranges.emplace_back(o, std::min(o + step, s.layer_bytes()));
+    } else {
+      ranges.emplace_back(0, s.layer_bytes());
+    }
+    return std::make_unique<HostRun>(p_, load, chunks, sink, std::move(ranges));
+  }
+
+ private:
+  const PathParts p_;
+  const bool per_block_;
+};
+
+}  // namespace
+
+std::unique_ptr<LayerPath> make_host_path(const PathParts& parts, bool per_block) {
+  return std::make_unique<HostPath>(parts, per_block);
+}
+
+}  // namespace tutti
