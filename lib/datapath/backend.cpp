@@ -26,32 +26,56 @@ void remaining_iovecs(IoOp& op) {
   }
 }
 
-std::string resolve_backend(const std::string& name) {
-  if (name == "posix") return name;
-  if (name == "uring" || name == "auto") {
-    std::string why = uring_unavailable_reason();
-    if (why.empty()) return "uring";
-    if (name == "uring") fail(TUTTI_EUNSUPPORTED, "backend uring: " + why);
-    return "posix";
-  }
-  if (name == "dram" || name == "passthru" || name == "nvme") return name;  // checked against the pool at registration
-  if (name == "cufile") {
-    std::string why = cufile_unavailable_reason();
-    if (!why.empty()) fail(TUTTI_EUNSUPPORTED, "backend cufile: " + why);
-    return name;
-  }  // its pool must be on tmpfs: checked when it is opened
-  if (name == "gpu-uring") {
-    std::string why = gpu_uring_unavailable_reason();
-    if (!why.empty()) fail(TUTTI_EUNSUPPORTED, "backend gpu-uring: " + why);
-    return name;
-  }
-  fail(TUTTI_EINVAL, "unknown backend '" + name + "' (known: auto, uring, posix, gpu-uring, cufile, dram, passthru, nvme)");
+namespace {
+
+struct Named {
+  BackendKind kind;
+  const char* name;
+};
+constexpr Named kBackends[] = {
+    {BackendKind::kAuto, "auto"},   {BackendKind::kUring, "uring"},   {BackendKind::kPosix, "posix"},
+    {BackendKind::kGpuUring, "gpu-uring"}, {BackendKind::kCufile, "cufile"}, {BackendKind::kDram, "dram"},
+    {BackendKind::kPassthru, "passthru"},  {BackendKind::kNvme, "nvme"},
+};
+
+}  // namespace
+
+const char* backend_name(BackendKind kind) {
+  for (const Named& b : kBackends)
+    if (b.kind == kind) return b.name;
+  return "?";
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& name, const BackendConfig& cfg) {
-  if (name == "posix") return make_posix_backend(cfg);
-  if (name == "uring") return make_uring_backend(cfg);
-  fail(TUTTI_EINVAL, "unknown backend '" + name + "' (known: uring, posix)");
+std::string backend_names() {
+  std::string out;
+  for (const Named& b : kBackends) out += (out.empty() ? "" : ", ") + std::string(b.name);
+  return out;
+}
+
+BackendKind backend_named(const std::string& name) {
+  for (const Named& b : kBackends)
+    if (name == b.name) return b.kind;
+  fail(TUTTI_EINVAL, "unknown backend '" + name + "' (known: " + backend_names() + ")");
+}
+
+BackendKind resolve_backend(BackendKind kind) {
+  std::string why;
+  switch (kind) {
+    case BackendKind::kAuto:
+      return uring_unavailable_reason().empty() ? BackendKind::kUring : BackendKind::kPosix;
+    case BackendKind::kUring: why = uring_unavailable_reason(); break;
+    case BackendKind::kCufile: why = cufile_unavailable_reason(); break;
+    case BackendKind::kGpuUring: why = gpu_uring_unavailable_reason(); break;
+    default: break;  // posix works anywhere; dram, passthru and nvme are checked against the pool
+  }
+  if (!why.empty()) fail(TUTTI_EUNSUPPORTED, "backend " + std::string(backend_name(kind)) + ": " + why);
+  return kind;
+}
+
+std::unique_ptr<Backend> make_backend(BackendKind kind, const BackendConfig& cfg) {
+  if (kind == BackendKind::kPosix) return make_posix_backend(cfg);
+  if (kind == BackendKind::kUring) return make_uring_backend(cfg);
+  fail(TUTTI_EINTERNAL, std::string("backend ") + backend_name(kind) + " is not a CPU producer");
 }
 
 }  // namespace tutti

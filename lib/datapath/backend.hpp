@@ -60,14 +60,21 @@ class Backend {
   virtual std::string describe() const = 0;
 };
 
+// Every backend by name: the one table behind the option, tutti info and tutti_runtime_backend.
+enum class BackendKind { kAuto, kUring, kPosix, kGpuUring, kCufile, kDram, kPassthru, kNvme };
+const char* backend_name(BackendKind kind);  // a static string
+BackendKind backend_named(const std::string& name);  // throws EINVAL naming the known ones
+std::string backend_names();  // "auto, uring, posix, ..."
+
 // "" when io_uring works here, else why not.
 std::string uring_unavailable_reason();
 
-// "auto" -> the best backend that works here ("uring", else "posix"). Throws EUNSUPPORTED with
-// the reason when the named backend cannot work here, EINVAL for an unknown name.
-std::string resolve_backend(const std::string& name);
-// name: "uring" or "posix" (as resolved).
-std::unique_ptr<Backend> make_backend(const std::string& name, const BackendConfig& cfg);
+// auto -> the best backend that works here for any pool (uring, else posix; register_kv may
+// settle on another for the pool it opens). Throws EUNSUPPORTED with the reason when the named
+// backend cannot work on this machine.
+BackendKind resolve_backend(BackendKind kind);
+// The CPU producers behind the others: kUring or kPosix.
+std::unique_ptr<Backend> make_backend(BackendKind kind, const BackendConfig& cfg);
 std::unique_ptr<Backend> make_posix_backend(const BackendConfig& cfg);
 std::unique_ptr<Backend> make_uring_backend(const BackendConfig& cfg);
 

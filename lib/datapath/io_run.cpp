@@ -245,6 +245,18 @@ class HostPath final : public LayerPath {
 
 }  // namespace
 
+std::unique_ptr<LayerPath> make_layer_path(PathKind kind, const PathParts& parts) {
+  switch (kind) {
+    case PathKind::kHost: return make_host_path(parts, false);
+    case PathKind::kHostPerBlock: return make_host_path(parts, true);
+    case PathKind::kStagedCuda: return make_staged_cuda_path(parts);
+    case PathKind::kCudaPerBlock: return make_per_block_cuda_path(parts);
+    case PathKind::kGpuUring: return make_gpu_uring_path(parts);
+    case PathKind::kMappedCuda: return make_mapped_cuda_path(parts);
+  }
+  fail(TUTTI_EINTERNAL, "unknown layer path");
+}
+
 std::unique_ptr<LayerPath> make_host_path(const PathParts& parts, bool per_block) {
   return std::make_unique<HostPath>(parts, per_block);
 }

@@ -97,6 +97,10 @@ class LayerPath {
   virtual std::unique_ptr<PathRun> plan(bool load, std::deque<PathChunk>& chunks, PathSink& sink) = 0;
 };
 
+enum class PathKind { kHost, kHostPerBlock, kStagedCuda, kCudaPerBlock, kGpuUring, kMappedCuda };
+std::unique_ptr<LayerPath> make_layer_path(PathKind kind, const PathParts& parts);
+
+// The five ways, one file each (make_layer_path picks).
 std::unique_ptr<LayerPath> make_host_path(const PathParts& parts, bool per_block);
 std::unique_ptr<LayerPath> make_staged_cuda_path(const PathParts& parts);
 std::unique_ptr<LayerPath> make_per_block_cuda_path(const PathParts& parts);

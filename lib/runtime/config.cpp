@@ -75,10 +75,11 @@ void apply(Config& c, const std::string& key, const std::string& v) {
   } else if (key == "chunk_tokens") {
     c.chunk_tokens = count_of(key, v, 1, 1u << 20);
   } else if (key == "backend") {
-    TUTTI_EXPECT(v == "auto" || v == "uring" || v == "posix" || v == "gpu-uring" || v == "cufile" || v == "dram" ||
-                     v == "passthru" || v == "nvme",
-                 "option backend: '" + v + "' is not auto, uring, posix, gpu-uring, cufile, dram, passthru or nvme");
-    c.backend = v;
+    try {
+      c.backend = backend_named(v);
+    } catch (const Error&) {
+      fail(TUTTI_EINVAL, "option backend: '" + v + "' is not one of " + backend_names());
+    }
   } else if (key == "namespace") {
     c.ns = v;
   } else if (key == "io_mode") {

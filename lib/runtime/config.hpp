@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "datapath/backend.hpp"
 #include "resolver/uri.hpp"
 
 namespace tutti {
@@ -18,7 +19,7 @@ struct Config {
   std::vector<PoolUri> pools;
   uint64_t capacity = 0;
   uint32_t chunk_tokens = 0;
-  std::string backend;
+  BackendKind backend = BackendKind::kAuto;
   std::string ns;
   IoMode io_mode = IoMode::kObject;
   DirectMode direct = DirectMode::kAuto;

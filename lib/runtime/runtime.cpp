@@ -7,19 +7,14 @@
 #include "datapath/dram_tier.hpp"
 #include "nvme/nvme_backend.hpp"
 #include "nvme/passthru_backend.hpp"
+#include "runtime/plan.hpp"
 
 namespace tutti {
 
 Runtime::Runtime(Config cfg) : cfg_(std::move(cfg)) {
   TUTTI_EXPECT(!cfg_.pools.empty(), "no pool location given");
-  const std::string b = resolve_backend(cfg_.backend);
-  backend_name_ = b == "gpu-uring" ? "gpu-uring"
-                  : b == "cufile" ? "cufile"
-                  : b == "dram"   ? "dram"
-                  : b == "passthru" ? "passthru"
-                  : b == "nvme"   ? "nvme"
-                  : b == "uring"  ? "uring"
-                                  : "posix";
+  opened_ = resolve_backend(cfg_.backend);  // fails at once for a backend this machine lacks
+  backend_name_ = tutti::backend_name(opened_);
 }
 
 Runtime::~Runtime() {
@@ -81,19 +76,9 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   auto binding = std::make_unique<KvBinding>(layout, cfg_.chunk_tokens);
   const Shape& shape = binding->shape();
 
-  const std::string name = backend_name_.load();
-  const char* resolved = backend_name_.load();  // what auto settles on; kept only if all goes well
-  const bool gpu_uring = name == "gpu-uring", cufile = name == "cufile", dram = name == "dram";
-  TUTTI_EXPECT_CODE(!(gpu_uring || cufile) || binding->on_device(), TUTTI_EUNSUPPORTED,
-                    "backend " + name + " loads into CUDA memory: register a KV cache with TUTTI_MEMORY_CUDA");
+  Plan plan = make_plan(cfg_, opened_, *binding);
   std::unique_ptr<gpu::Device> device;
   if (binding->on_device()) {
-    // The baseline copies each block's K (V) whole: it must lie contiguous in the block.
-    TUTTI_EXPECT_CODE(cfg_.io_mode == IoMode::kObject || binding->copy_layout().run_kind == gpu::kRunBlock,
-                      TUTTI_EUNSUPPORTED,
-                      "io_mode=per-block-baseline in CUDA memory needs blocks whose K and V are contiguous (NHD)");
-    TUTTI_EXPECT_CODE(cfg_.io_mode == IoMode::kObject || (!gpu_uring && !cufile && !dram), TUTTI_EUNSUPPORTED,
-                      "io_mode=per-block-baseline runs on the uring and posix backends");
     device = std::make_unique<gpu::Device>(binding->device());
     device->set_layers(shape.layers);
     for (uint32_t l = 0; l < shape.layers; ++l)
@@ -115,40 +100,21 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   bc.threads = cfg_.threads;
   bc.nvme_controller = cfg_.nvme_controller;
   bc.nvme_data_pointer = cfg_.nvme_data_pointer;
-  // auto, for a pool on NVMe and a KV cache in host memory: the controller's own commands,
-  // through tutti_kmod's queues when it has a controller sharing the pool's namespace, else
-  // through io_uring passthrough on the stock driver.
-  if (cfg_.backend == "auto" && !device && cfg_.io_mode == IoMode::kObject) {
-    if (nvme_unavailable_reason(bc).empty())
-      resolved = "nvme";
-    else if (passthru_unavailable_reason(bc.fds).empty())
-      resolved = "passthru";
-  }
-  const bool passthru = resolved == std::string("passthru");
-  const bool nvme = resolved == std::string("nvme");
-  TUTTI_EXPECT_CODE(!(passthru || nvme) || !device, TUTTI_EUNSUPPORTED,
-                    "backend " + name + " loads into host memory (GPU memory needs the GPU producer, not built yet)");
-
-  bool direct = false;
-  if (cfg_.io_mode == IoMode::kObject && !device && !passthru) {  // passthru reads into staging
-    if (cfg_.direct == DirectMode::kOn)
-      TUTTI_EXPECT(binding->direct_capable(),
-                   "direct_to_blocks=on needs 4 KiB aligned blocks whose K (and V) rows are contiguous per block");
-    direct = cfg_.direct != DirectMode::kOff && binding->direct_capable();
-  }
+  settle_plan(plan, cfg_, *binding, *pool, bc);
+  const BackendKind b = plan.backend;
 
   auto index = std::make_unique<Index>(pool->geometry().slots());
   auto stale = index->recover(pool->read_records(&torn_records_));
   pool->write_tombstones(stale);
 
   std::unique_ptr<DramPool> dram_pool;
-  if (dram) dram_pool = std::make_unique<DramPool>(*pool, device.get());
+  if (b == BackendKind::kDram) dram_pool = std::make_unique<DramPool>(*pool, device.get());
 
   // Staging buffers hold one I/O each: a chunk-layer extent, or one block's K or V. The copy
-  // kernels of dram need none: they read and write the mapped pool itself.
+  // kernels of mapped-cuda need none: they read and write the mapped pool itself.
   std::unique_ptr<Staging> staging;
   gpu::HostPin staging_pin;  // a registration that fails below leaves nothing pinned
-  if (!direct && !(dram && device)) {
+  if (!plan.direct && plan.load != PathKind::kMappedCuda) {
     const uint64_t op_bytes =
         cfg_.io_mode == IoMode::kObject ? shape.layer_bytes() : shape.token_bytes() * binding->block_tokens();
     staging = std::make_unique<Staging>(std::max(cfg_.staging, op_bytes), op_bytes);
@@ -158,31 +124,19 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
       staging->set_device_base(staging_pin.device_address());
     }
   }
-
   if (staging) bc.staging = staging->regions();
-  // io_uring copies reads from tmpfs pools (O_DIRECT or not) inline in its ring threads.
-  // Measured loading Llama-3-8B KV from /dev/shm: on 2 cores (16K tokens) posix 8.9 and
-  // 13.4 GB/s, uring 7.3 and 6.2 with twice the CPU; on the H200 machine (32K tokens, into
-  // HBM) posix 36.7, uring 26.5. So auto takes posix for such pools.
-  if (cfg_.backend == "auto" && !passthru && !nvme)
-    for (size_t i = 0; i < pool->files(); ++i)
-      if (!pool->file(i).direct || pool->file(i).in_memory) resolved = "posix";
-  // gpu-uring drives loads; stores take the CPU producer, which checksums as it writes.
-  auto backend = dram ? make_dram_backend(bc, *dram_pool)
-                      : make_backend(gpu_uring || cufile || passthru || nvme ? "uring" : resolved, bc);
-  // cufile: loads read into staging in HBM, then the copy kernel scatters from there.
+
+  // The CPU producer: every store, and the loads of uring, posix and dram.
+  auto backend = b == BackendKind::kDram ? make_dram_backend(bc, *dram_pool)
+                                         : make_backend(plan.uring_stores ? BackendKind::kUring : b, bc);
+  // Loads of their own: passthru and nvme into staging; cufile into staging in HBM, which the
+  // copy kernel scatters from.
   std::unique_ptr<void, void (*)(void*)> load_arena{nullptr, gpu::free};
   std::unique_ptr<Staging> load_staging;
   std::unique_ptr<Backend> load_backend;
-  if (passthru) {
-    TUTTI_EXPECT_CODE(cfg_.io_mode == IoMode::kObject, TUTTI_EUNSUPPORTED, "backend passthru moves whole extents");
-    load_backend = make_passthru_backend(bc);
-  }
-  if (nvme) {
-    TUTTI_EXPECT_CODE(cfg_.io_mode == IoMode::kObject, TUTTI_EUNSUPPORTED, "backend nvme moves whole extents");
-    load_backend = make_nvme_backend(bc);
-  }
-  if (cufile) {
+  if (b == BackendKind::kPassthru) load_backend = make_passthru_backend(bc);
+  if (b == BackendKind::kNvme) load_backend = make_nvme_backend(bc);
+  if (b == BackendKind::kCufile) {
     const uint64_t bytes = Staging::arena_bytes_for(std::max(cfg_.staging, shape.layer_bytes()), shape.layer_bytes());
     load_arena.reset(gpu::alloc(binding->device(), bytes));
     load_staging = std::make_unique<Staging>(bytes, shape.layer_bytes(), static_cast<std::byte*>(load_arena.get()));
@@ -191,18 +145,35 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   // The DRAM tier goes in front of the CPU producers, for stores (write-through) and loads.
   std::shared_ptr<DramTier> tier;
   if (cfg_.dram_tier) {
-    TUTTI_EXPECT_CODE(!(gpu_uring || cufile || dram), TUTTI_EUNSUPPORTED,
-                      "dram_tier sits in front of the CPU producers (uring, posix, passthru, nvme), not backend " + name);
     tier = std::make_shared<DramTier>(cfg_.dram_tier, shape.layer_bytes());
     const unsigned copiers = std::min(cfg_.threads, 8u);
     backend = make_tiered_backend(std::move(backend), tier, copiers);
     if (load_backend) load_backend = make_tiered_backend(std::move(load_backend), tier, copiers);
   }
   std::unique_ptr<GpuUring> gu;
-  if (gpu_uring) gu = std::make_unique<GpuUring>(*device, bc);
+  if (b == BackendKind::kGpuUring) gu = std::make_unique<GpuUring>(*device, bc);
+
+  PathParts store;
+  store.kv = binding.get();
+  store.pool = pool.get();
+  store.backend = backend.get();
+  store.staging = staging.get();
+  store.tier = tier.get();
+  store.device = device.get();
+  store.dram = dram_pool.get();
+  store.counters = &counters_.io;
+  store.verify = cfg_.verify;
+  store.direct = plan.direct;
+  store.lookahead = cfg_.lookahead;
+  PathParts load = store;
+  if (load_backend) load.backend = load_backend.get();
+  if (load_staging) load.staging = load_staging.get();
+  load.gpu_uring = gu.get();
 
   counters_.per_layer_wait_ns = std::make_unique<std::atomic<uint64_t>[]>(shape.layers);
   for (uint32_t l = 0; l < shape.layers; ++l) counters_.per_layer_wait_ns[l] = 0;
+  load_path_ = make_layer_path(plan.load, load);
+  store_path_ = make_layer_path(plan.store, store);
   pool_ = std::move(pool);
   index_ = std::move(index);
   staging_ = std::move(staging);
@@ -214,37 +185,9 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   load_backend_ = std::move(load_backend);
   gpu_uring_ = std::move(gu);
   tier_ = std::move(tier);
-  backend_name_ = resolved;
+  backend_name_ = tutti::backend_name(b);
+  plan_why_ = plan.why;
   device_ = std::move(device);
-
-  // The layer paths: one for loads, one for stores (cufile and passthru/nvme load through a
-  // backend and staging of their own; gpu-uring stores through the CPU producer).
-  PathParts store;
-  store.kv = binding.get();
-  store.pool = pool_.get();
-  store.backend = backend_.get();
-  store.staging = staging_.get();
-  store.tier = tier_.get();
-  store.device = device_.get();
-  store.dram = dram_.get();
-  store.counters = &counters_.io;
-  store.verify = cfg_.verify;
-  store.direct = direct;
-  store.lookahead = cfg_.lookahead;
-  PathParts load = store;
-  if (load_backend_) load.backend = load_backend_.get();
-  if (load_staging_) load.staging = load_staging_.get();
-  load.gpu_uring = gpu_uring_.get();
-  const bool per_block = cfg_.io_mode == IoMode::kPerBlockBaseline;
-  auto make = [&](const PathParts& parts, bool is_load) {
-    if (!device_) return make_host_path(parts, per_block);
-    if (per_block) return make_per_block_cuda_path(parts);
-    if (dram) return make_mapped_cuda_path(parts);
-    if (is_load && gpu_uring) return make_gpu_uring_path(parts);
-    return make_staged_cuda_path(parts);
-  };
-  load_path_ = make(load, true);
-  store_path_ = make(store, false);
   scheduler_ = std::make_unique<Scheduler>(cfg_.lookahead);
   binding_ = std::move(binding);
 }

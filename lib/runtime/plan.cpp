@@ -1,0 +1,82 @@
+#include "runtime/plan.hpp"
+
+#include "common/error.hpp"
+#include "nvme/nvme_backend.hpp"
+#include "nvme/passthru_backend.hpp"
+
+namespace tutti {
+
+Plan make_plan(const Config& cfg, BackendKind opened, const KvBinding& kv) {
+  const std::string named = backend_name(cfg.backend);
+  const bool cuda = kv.on_device();
+  const bool per_block = cfg.io_mode == IoMode::kPerBlockBaseline;
+  const BackendKind b = cfg.backend;
+  const bool gpu_uring = b == BackendKind::kGpuUring, cufile = b == BackendKind::kCufile, dram = b == BackendKind::kDram;
+  const bool nvme = b == BackendKind::kNvme, passthru = b == BackendKind::kPassthru;
+  TUTTI_EXPECT_CODE(!(gpu_uring || cufile) || cuda, TUTTI_EUNSUPPORTED,
+                    "backend " + named + " loads into CUDA memory: register a KV cache with TUTTI_MEMORY_CUDA");
+  TUTTI_EXPECT_CODE(!(passthru || nvme) || !cuda, TUTTI_EUNSUPPORTED,
+                    "backend " + named + " loads into host memory (GPU memory needs the GPU producer, not built yet)");
+  TUTTI_EXPECT_CODE(!(passthru || nvme) || !per_block, TUTTI_EUNSUPPORTED,
+                    "backend " + named + " moves whole extents (io_mode=object)");
+  if (cuda && per_block) {
+    // The baseline copies each block's K (V) whole: it must lie contiguous in the block.
+    TUTTI_EXPECT_CODE(kv.copy_layout().run_kind == gpu::kRunBlock, TUTTI_EUNSUPPORTED,
+                      "io_mode=per-block-baseline in CUDA memory needs blocks whose K and V are contiguous (NHD)");
+    TUTTI_EXPECT_CODE(!gpu_uring && !cufile && !dram, TUTTI_EUNSUPPORTED,
+                      "io_mode=per-block-baseline runs on the uring and posix backends");
+  }
+  TUTTI_EXPECT_CODE(!cfg.dram_tier || !(gpu_uring || cufile || dram), TUTTI_EUNSUPPORTED,
+                    "dram_tier sits in front of the CPU producers (uring, posix, passthru, nvme), not backend " + named);
+  if (cfg.direct == DirectMode::kOn && !cuda && !per_block && !passthru)
+    TUTTI_EXPECT(kv.direct_capable(),
+                 "direct_to_blocks=on needs 4 KiB aligned blocks whose K (and V) rows are contiguous per block");
+  Plan plan;
+  plan.backend = opened;
+  return plan;
+}
+
+void settle_plan(Plan& plan, const Config& cfg, const KvBinding& kv, const Pool& pool, const BackendConfig& bc) {
+  const bool cuda = kv.on_device();
+  const bool per_block = cfg.io_mode == IoMode::kPerBlockBaseline;
+  // auto: for a pool on NVMe and a KV cache in host memory, the controller's own commands,
+  // through tutti_kmod's queues when it has a controller sharing the pool's namespace, else
+  // through io_uring passthrough on the stock driver. io_uring copies reads from tmpfs pools
+  // inline in its ring threads: measured loading Llama-3-8B KV from /dev/shm, on 2 cores
+  // (16K tokens) posix 8.9 and 13.4 GB/s, uring 7.3 and 6.2 with twice the CPU; on the H200
+  // machine (32K tokens, into HBM) posix 36.7, uring 26.5. So auto takes posix for such pools.
+  if (cfg.backend == BackendKind::kAuto) {
+    const std::string nvme_why = cuda || per_block ? "no" : nvme_unavailable_reason(bc);
+    const std::string passthru_why = cuda || per_block || nvme_why.empty() ? "no" : passthru_unavailable_reason(bc.fds);
+    if (nvme_why.empty()) {
+      plan.backend = BackendKind::kNvme, plan.why = "auto: the pool is on an NVMe namespace that tutti_kmod drives";
+    } else if (passthru_why.empty()) {
+      plan.backend = BackendKind::kPassthru, plan.why = "auto: the pool is on an NVMe namespace (nvme: " + nvme_why + ")";
+    } else {
+      for (size_t i = 0; i < pool.files(); ++i)
+        if (!pool.file(i).direct || pool.file(i).in_memory) {
+          plan.backend = BackendKind::kPosix;
+          plan.why = "auto: " + pool.file(i).path + " is on tmpfs or refuses O_DIRECT, where posix is faster";
+        }
+      if (plan.why.empty()) plan.why = std::string("auto: ") + backend_name(plan.backend);
+    }
+  }
+  const BackendKind b = plan.backend;
+  const bool gpu_uring = b == BackendKind::kGpuUring, dram = b == BackendKind::kDram;
+  const bool passthru = b == BackendKind::kPassthru;
+  plan.uring_stores = gpu_uring || b == BackendKind::kCufile || passthru || b == BackendKind::kNvme;
+  // Vectored I/O straight into host-memory blocks (passthru reads into staging).
+  plan.direct = !cuda && !per_block && !passthru && cfg.direct != DirectMode::kOff && kv.direct_capable();
+  if (!cuda) {
+    plan.load = plan.store = per_block ? PathKind::kHostPerBlock : PathKind::kHost;
+  } else if (per_block) {
+    plan.load = plan.store = PathKind::kCudaPerBlock;
+  } else if (dram) {
+    plan.load = plan.store = PathKind::kMappedCuda;
+  } else {
+    plan.load = gpu_uring ? PathKind::kGpuUring : PathKind::kStagedCuda;
+    plan.store = PathKind::kStagedCuda;
+  }
+}
+
+}  // namespace tutti
