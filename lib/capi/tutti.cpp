@@ -11,7 +11,7 @@
 #include "common/error.hpp"
 #include "runtime/config.hpp"
 #include "runtime/runtime.hpp"
-#include "scheduler/batch.hpp"
+#include "runtime/batch.hpp"
 
 struct tutti_options {
   tutti::Options impl;

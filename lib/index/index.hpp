@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "index/key.hpp"
+#include "resolver/key.hpp"
 #include "pool/format.hpp"
 
 namespace tutti {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "index/key.hpp"
+#include "resolver/key.hpp"
 #include "resolver/layout.hpp"
 
 namespace tutti {

@@ -18,7 +18,7 @@
 #include "datapath/layer_path.hpp"
 #include "index/index.hpp"
 #include "kernels/device.hpp"
-#include "index/key.hpp"
+#include "resolver/key.hpp"
 #include "pool/pool.hpp"
 #include "runtime/config.hpp"
 #include "scheduler/scheduler.hpp"

@@ -1,7 +1,6 @@
 #include "scheduler/scheduler.hpp"
-#include "common/thread_name.hpp"
 
-#include "scheduler/batch.hpp"
+#include "common/thread_name.hpp"
 
 namespace tutti {
 
@@ -18,13 +17,13 @@ Scheduler::~Scheduler() {
 
 // Wake-ups are sent under the lock: an I/O thread that calls in here must be done with the
 // scheduler once it lets go of the lock, because close() may destroy it right after.
-void Scheduler::enqueue(Batch* b) {
+void Scheduler::enqueue(Scheduled* b) {
   std::lock_guard lock(mu_);
   (b->is_load() ? loads_ : stores_).push_back(b);
   cv_.notify_all();
 }
 
-void Scheduler::commit_later(Batch* b) {
+void Scheduler::commit_later(Scheduled* b) {
   std::lock_guard lock(mu_);
   commits_.push_back(b);
   cv_.notify_all();
@@ -35,11 +34,11 @@ void Scheduler::notify() {
   cv_.notify_all();
 }
 
-Batch* Scheduler::pick(unsigned* layer) {
-  auto ready = [&](Batch* b) { return b->next_issue < b->layers() && b->next_issue < b->done_prefix() + lookahead_; };
-  for (std::deque<Batch*>* q : {&loads_, &stores_}) {
+Scheduled* Scheduler::pick(unsigned* layer) {
+  auto ready = [&](Scheduled* b) { return b->next_issue < b->layers() && b->next_issue < b->done_prefix() + lookahead_; };
+  for (std::deque<Scheduled*>* q : {&loads_, &stores_}) {
     for (auto it = q->begin(); it != q->end(); ++it) {
-      Batch* b = *it;
+      Scheduled* b = *it;
       if (!ready(b)) continue;
       *layer = b->next_issue++;
       // Once its last layer is handed out the batch may finish (and be freed) at any time.
@@ -56,7 +55,7 @@ void Scheduler::run() {
   std::unique_lock lock(mu_);
   for (;;) {
     if (!commits_.empty()) {
-      Batch* b = commits_.front();
+      Scheduled* b = commits_.front();
       commits_.pop_front();
       lock.unlock();
       b->commit();
@@ -64,7 +63,7 @@ void Scheduler::run() {
       continue;
     }
     unsigned layer = 0;
-    if (Batch* b = pick(&layer)) {
+    if (Scheduled* b = pick(&layer)) {
       lock.unlock();
       b->issue_layer(layer);
       lock.lock();

@@ -6,13 +6,26 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <thread>
 
 namespace tutti {
 
-class Batch;
+// A batch as the scheduler sees it: layers to issue in order, and a commit for stores.
+class Scheduled {
+ public:
+  virtual bool is_load() const = 0;
+  virtual uint32_t layers() const = 0;
+  virtual uint32_t done_prefix() const = 0;   // layers landed in order from the first
+  virtual void issue_layer(uint32_t layer) = 0;
+  virtual void commit() = 0;                   // a store whose every layer is written
+  uint32_t next_issue = 0;                     // guarded by the scheduler's mutex
+
+ protected:
+  ~Scheduled() = default;
+};
 
 class Scheduler {
  public:
@@ -21,18 +34,18 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  void enqueue(Batch* b);
-  void commit_later(Batch* b);  // a store whose last layer is written
+  void enqueue(Scheduled* b);
+  void commit_later(Scheduled* b);  // a store whose last layer is written
   void notify();                // a layer finished somewhere: maybe issue more
 
  private:
   void run();
-  Batch* pick(unsigned* layer);  // requires mu_
+  Scheduled* pick(unsigned* layer);  // requires mu_
 
   unsigned lookahead_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Batch*> loads_, stores_, commits_;
+  std::deque<Scheduled*> loads_, stores_, commits_;
   bool stop_ = false;
   std::thread thread_;
 };

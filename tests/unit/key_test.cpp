@@ -4,7 +4,7 @@
 #include <cstring>
 #include <vector>
 
-#include "index/key.hpp"
+#include "resolver/key.hpp"
 
 namespace tutti {
 

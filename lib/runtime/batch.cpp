@@ -1,4 +1,4 @@
-#include "scheduler/batch.hpp"
+#include "runtime/batch.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "index/key.hpp"
+#include "resolver/key.hpp"
 
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include <xxhash.h>

@@ -1,4 +1,4 @@
-// A batch of load or store requests, executed layer by layer (see scheduler.hpp).
+// A batch of load or store requests, executed layer by layer (see scheduler/scheduler.hpp).
 // Built by add(), planned by submit() (keys pinned or slots claimed, the path's run planned),
 // then its layers are issued by the scheduler and land on I/O threads or CUDA callbacks.
 #pragma once
@@ -13,7 +13,8 @@
 #include <vector>
 
 #include "datapath/layer_path.hpp"
-#include "index/key.hpp"
+#include "resolver/key.hpp"
+#include "scheduler/scheduler.hpp"
 #include "tutti.h"
 
 namespace tutti {
@@ -22,7 +23,7 @@ class Runtime;
 
 // The batch orders layers, tracks what landed and reports results; how a layer's bytes move
 // is its LayerPath's business (datapath/layer_path.hpp).
-class Batch final : private PathSink {
+class Batch final : public Scheduled, private PathSink {
  public:
   Batch(std::shared_ptr<Runtime> rt, tutti_op op);
   ~Batch() override;  // waits for in-flight work
@@ -35,14 +36,13 @@ class Batch final : private PathSink {
   std::string first_error() const;  // "" if none was noted
   tutti_result result(size_t request);
   size_t chunk_status(size_t request, int* out, size_t cap);
-  bool is_load() const { return op_ == TUTTI_OP_LOAD; }
+  bool is_load() const override { return op_ == TUTTI_OP_LOAD; }
 
-  // For the scheduler.
-  uint32_t layers() const { return layers_; }
-  uint32_t next_issue = 0;              // guarded by the scheduler's mutex
-  uint32_t done_prefix() const { return done_prefix_.load(std::memory_order_acquire); }
-  void issue_layer(uint32_t layer);     // hands one layer to the path
-  void commit();                        // store: sync, write commit records, publish
+  // Scheduled
+  uint32_t layers() const override { return layers_; }
+  uint32_t done_prefix() const override { return done_prefix_.load(std::memory_order_acquire); }
+  void issue_layer(uint32_t layer) override;  // hands one layer to the path
+  void commit() override;                     // store: sync, write commit records, publish
 
  private:
   struct Request {
