@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
     if (cmd == "stats") return cmd_stats(argc - 2, argv + 2);
     if (cmd == "fsck") return cmd_fsck(argc - 2, argv + 2);
   } catch (const tutti::Error& e) {
-    std::fprintf(stderr, "tutti %s: %s (%s)\n", cmd.c_str(), e.what(), tutti_strerror(e.code()));
+    std::fprintf(stderr, "tutti %s: %s (%s)\n", cmd.c_str(), tutti::user_message(e).c_str(), tutti_strerror(e.code()));
     return 2;
   }
   std::fprintf(stderr, "tutti: unknown command '%s' (see tutti --help)\n", cmd.c_str());
