@@ -9,6 +9,8 @@
  *     has completed (tutti_batch_wait returned, or tutti_batch_destroy).
  *  2. Functions return 0 (TUTTI_OK) or a negative tutti_error. tutti_strerror(code) names the
  *     code; tutti_last_error() returns a message for the last failure on the calling thread.
+ *     With TUTTI_DEBUG=1 in the environment the message ends with the place in tutti's source
+ *     that failed, e.g. " [lib/pool/pool.cpp:123]".
  *  3. A NULL handle or a NULL required pointer is TUTTI_EINVAL, never a crash.
  *  4. Thread safety: a runtime may be used from several threads at once. A batch belongs to one
  *     thread at a time; different batches may be driven concurrently.
@@ -96,12 +98,14 @@ typedef enum tutti_error {
 
 /* A static, human-readable name for a code. Never NULL. */
 TUTTI_API const char* tutti_strerror(int code);
-/* The message of the last failed call on this thread ("" if none). Valid until the next call. */
+/* The message of the last failed call on this thread ("" if none). Valid until the next call.
+ * TUTTI_DEBUG set to anything but 0 (read at each failure) appends " [<source file>:<line>]". */
 TUTTI_API const char* tutti_last_error(void);
 
 /* ---- Options ---------------------------------------------------------------------------
  * Keys (value strings; sizes accept K/M/G/T suffixes, powers of 1024). Every key has an
  * environment variable TUTTI_<KEY in upper case> that sets its default; tutti_options_set wins.
+ * (TUTTI_DEBUG is no option: it adds the failing source line to tutti_last_error.)
  *   pool             URI of a pool file; repeat to stripe over several SSDs.
  *                    file:///abs/path/pool?size=64G, or a plain path. A directory means
  *                    <dir>/tutti.pool. Default (TUTTI_POOL): ./tutti.pool

@@ -9,8 +9,8 @@
 
 namespace tutti::gpu {
 
-inline void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail(TUTTI_EIO, std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
+inline void check(cudaError_t e, const char* what, SourceSite site = SourceSite::here()) {
+  if (e != cudaSuccess) fail(TUTTI_EIO, std::string("CUDA ") + what + ": " + cudaGetErrorString(e), site);
 }
 
 struct Guard {  // the calling thread works on the runtime's device

@@ -34,7 +34,7 @@ int guard(Fn&& fn) noexcept {
     fn();
     return TUTTI_OK;
   } catch (const tutti::Error& e) {
-    last_error = e.what();
+    last_error = tutti::user_message(e);
     return e.code();
   } catch (const std::bad_alloc&) {
     last_error = "out of host memory";
@@ -48,8 +48,8 @@ int guard(Fn&& fn) noexcept {
   }
 }
 
-void need(const void* p, const char* what) {
-  if (!p) tutti::fail(TUTTI_EINVAL, std::string(what) + " is NULL");
+void need(const void* p, const char* what, tutti::SourceSite site = tutti::SourceSite::here()) {
+  if (!p) tutti::fail(TUTTI_EINVAL, std::string(what) + " is NULL", site);
 }
 
 }  // namespace

@@ -148,7 +148,7 @@ std::unique_ptr<Backend> make_nvme_backend(const BackendConfig& cfg) {
   try {
     s = open_shared(cfg);
   } catch (const Error& e) {
-    fail(TUTTI_EUNSUPPORTED, std::string("backend nvme: ") + e.what());
+    fail(TUTTI_EUNSUPPORTED, std::string("backend nvme: ") + e.what(), e.site());
   }
   const nvme::ControllerInfo& ci = s->info.front();
   const std::string what = std::string("NVMe Read with ") + (s->dp == nvme::DataPointer::kSgl ? "SGLs" : "PRPs") +

@@ -150,7 +150,7 @@ Config Options::resolve() const {
     try {
       apply(c, key, v);
     } catch (const Error& err) {
-      fail(err.code(), std::string(err.what()) + (values_.count(key) ? "" : " (from " + env_name(key) + ")"));
+      fail(err.code(), std::string(err.what()) + (values_.count(key) ? "" : " (from " + env_name(key) + ")"), err.site());
     }
   }
   std::vector<std::string> pools = pools_;

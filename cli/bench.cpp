@@ -1,0 +1,160 @@
+// tutti bench: stores a synthetic KV cache, loads it back layer by layer and verifies every
+// byte, on each backend, next to the raw bandwidth of the same pool file. It drives the public
+// C ABI, exactly as an engine would.
+#include <unistd.h>
+
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "args.hpp"
+#include "bench.hpp"
+#include "cli.hpp"
+#include "common/units.hpp"
+#include "datapath/backend.hpp"
+#include "datapath/cufile.hpp"
+#include "datapath/gpu_uring.hpp"
+#include "kernels/device.hpp"
+
+namespace tutti::cli {
+
+namespace {
+
+// Parses bench's options into `a`; an exit status when bench stops here (a bad option, --help).
+std::optional<int> parse(int argc, char** argv, BenchArgs& a) {
+  Args args("bench", argc, argv);
+  while (const char* arg = args.next()) {
+    const std::string f = arg;
+    if (f == "--model") {
+      const std::string v = args.value();
+      a.model = nullptr;
+      for (auto& m : kModels)
+        if (v == m.name) a.model = &m;
+      if (!a.model)
+        return usage_error("bench", "unknown model '%s' (llama3-8b, llama3-70b, qwen2.5-7b, mistral-7b, tiny)", v.c_str());
+    } else if (f == "--tokens") {
+      a.tokens = args.positive();
+    } else if (f == "--requests") {
+      a.requests = args.positive();
+    } else if (f == "--pool") {
+      a.pool = args.value();
+    } else if (f == "--backends") {
+      a.backends_given = true;
+      for (auto& b : split_list(args.value())) a.backends.push_back(b);
+    } else if (f == "--dram-tier") {
+      a.dram_tier = args.value();
+    } else if (f == "--no-baseline") {
+      a.baseline = false;
+    } else if (f == "--direct") {
+      a.direct = args.value();
+    } else if (f == "--block-tokens") {
+      a.block_tokens = static_cast<uint32_t>(args.positive());
+    } else if (f == "--chunk-tokens") {
+      a.chunk_tokens = static_cast<uint32_t>(args.positive());
+    } else if (f == "--repeat") {
+      a.repeat = static_cast<unsigned>(args.positive());
+    } else if (f == "--memory") {
+      const std::string v = args.value();
+      if (v != "host" && v != "cuda") return usage_error("bench", "--memory is host or cuda");
+      a.cuda = v == "cuda";
+    } else if (f == "--hnd") {
+      a.hnd = true;
+    } else if (f == "--json") {
+      a.json = true;
+    } else if (f == "--keep") {
+      a.keep = true;
+    } else if (f == "--quiet") {
+      a.quiet = true;
+    } else if (f == "-h" || f == "--help") {
+      print_usage(stdout);
+      return 0;
+    } else {
+      return usage_error("bench", "unknown option '%s' (see tutti --help)", f.c_str());
+    }
+  }
+  if (a.chunk_tokens % a.block_tokens || a.tokens % (a.chunk_tokens * a.requests))
+    return usage_error("bench", "--tokens must be a multiple of --chunk-tokens x --requests, and --chunk-tokens a multiple of --block-tokens");
+  if (a.cuda) {
+    std::string why = gpu::unavailable_reason();
+    if (!why.empty()) return usage_error("bench", "--memory cuda: %s", why.c_str());
+  }
+  if (a.backends.empty()) {
+    if (a.cuda && gpu_uring_unavailable_reason().empty()) a.backends.push_back("gpu-uring");
+    if (uring_unavailable_reason().empty()) a.backends.push_back("uring");
+    a.backends.push_back("posix");
+    if (a.cuda && cufile_unavailable_reason().empty()) a.backends.push_back("cufile");
+    if (on_tmpfs(a.pool)) a.backends.push_back("dram");  // a pool in memory
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  BenchArgs a;
+  if (auto rc = parse(argc, argv, a)) return *rc;
+
+  const Model& m = *a.model;
+  const Printer print{a.json, a.quiet, m.name, a.cuda ? "cuda" : "host", a.tokens};
+  KvCache kv(a);
+  if (!a.json)
+    std::printf("tutti bench: %s (%u layers, %u kv heads, head dim %u), %zu tokens in %zu request(s), KV %s in %s, pool %s\n",
+                m.name, m.layers, m.heads, m.head_dim, a.tokens, a.requests, format_bytes(kv.bytes()).c_str(),
+                a.cuda ? "CUDA device 0" : "host memory", a.pool.c_str());
+  print.header();
+
+  std::vector<std::pair<std::string, const char*>> runs;
+  for (auto& b : a.backends) runs.emplace_back(b, "object");
+  if (a.baseline) {  // on a CPU backend: it issues the I/Os a page-granular tier would
+    std::string cpu = "posix";
+    for (auto& b : a.backends)
+      if (b == "uring" || b == "posix") {
+        cpu = b;
+        break;
+      }
+    runs.emplace_back(cpu, "per-block-baseline");
+  }
+
+  bool all_ok = true;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    print.progress("[" + std::to_string(i + 1) + "/" + std::to_string(runs.size()) + "]");
+    RawFigures raw;
+    RunResult r = run_once(a, print, kv, runs[i].first, runs[i].second, &raw);
+    if (r.rc && !r.unsupported.empty() && !a.backends_given) {
+      std::fprintf(stderr, "tutti bench: skipping %s: it cannot run here\n", runs[i].first.c_str());
+      continue;  // a default backend that this machine lacks
+    }
+    if (r.rc) return r.rc;
+    auto raw_row = [&](const char* name, double gbps) {
+      Row row;
+      row.run = i + 1;
+      row.bench = name;
+      row.backend = "raw";
+      row.io_mode = "1MiB-" + std::to_string(raw.threads) + "x32";
+      row.bytes = raw.bytes;
+      row.gbps = gbps;
+      row.seconds = gbps > 0 ? static_cast<double>(raw.bytes) / gbps / 1e9 : 0;
+      row.ratio = 1;
+      row.verified = true;
+      return row;
+    };
+    r.store.run = r.load.run = i + 1;
+    r.store.ratio = raw.write > 0 ? r.store.gbps / raw.write : 0;
+    r.load.ratio = raw.read > 0 ? r.load.gbps / raw.read : 0;
+    print.row(raw_row("raw-write", raw.write));
+    print.row(r.store);
+    print.row(raw_row("raw-read", raw.read));
+    print.row(r.load);
+    all_ok = all_ok && r.load.verified;
+    if (!a.keep || i + 1 < runs.size()) ::unlink(r.path.c_str());
+  }
+  if (!all_ok) {
+    std::fprintf(stderr, "tutti bench: loaded bytes differ from stored bytes\n");
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace tutti::cli

@@ -1,0 +1,111 @@
+// The pieces of `tutti bench`: its options, the synthetic KV cache it stores and loads, the raw
+// device measurement every figure is compared with, and one store + load through the C ABI.
+// bench.cpp parses the command line and runs them for each backend.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/fd.hpp"
+#include "output.hpp"
+#include "tutti.h"
+
+namespace tutti::cli {
+
+struct Model {
+  const char* name;
+  uint32_t layers, heads, head_dim, elem_bytes;
+};
+inline constexpr Model kModels[] = {
+    {"llama3-8b", 32, 8, 128, 2},  {"llama3-70b", 80, 8, 128, 2}, {"qwen2.5-7b", 28, 4, 128, 2},
+    {"mistral-7b", 32, 8, 128, 2}, {"tiny", 2, 2, 64, 2},
+};
+
+struct BenchArgs {
+  const Model* model = &kModels[0];
+  size_t tokens = 8192;
+  size_t requests = 1;
+  std::string pool = "./tutti-bench.pool";
+  std::vector<std::string> backends;
+  bool backends_given = false;  // --backends: a backend that cannot run is an error
+  bool baseline = true;
+  std::string direct = "auto";
+  std::string dram_tier;  // --dram-tier: a DRAM tier of this size above the pool
+  uint32_t block_tokens = 16;
+  uint32_t chunk_tokens = 256;
+  bool hnd = false;
+  bool json = false;
+  bool keep = false;
+  bool quiet = false;
+  unsigned repeat = 3;
+  bool cuda = false;
+};
+
+// The synthetic KV cache: one fused tensor per layer [2, blocks, block_tokens, heads, head_dim]
+// (or HND), filled with a pattern that is a function of (layer, K/V, logical block, word), so a
+// byte that lands in the wrong place is caught.
+class KvCache {
+ public:
+  explicit KvCache(const BenchArgs& a);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  tutti_kv_layout layout() const;
+  void fill();
+  void clear();
+  bool verify();
+
+  uint64_t bytes() const { return layer_bytes_ * a_.model->layers; }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  const std::vector<int32_t>& table() const { return table_; }
+
+ private:
+  std::byte* host(uint32_t l) { return device_mem_ ? host_layer_.data() : static_cast<std::byte*>(bases_[l]); }
+  template <class Fn>
+  bool walk(uint32_t l, std::byte* layer, Fn fn);
+
+  const BenchArgs& a_;
+  uint32_t blocks_ = 0;
+  uint64_t block_bytes_ = 0, layer_bytes_ = 0;
+  AlignedBuffer mem_, host_layer_;
+  std::byte* device_mem_ = nullptr;
+  std::vector<void*> bases_;
+  std::vector<int32_t> table_, tokens_;
+};
+
+// Is the directory of this pool URI on tmpfs (where the dram backend can keep it)?
+bool on_tmpfs(const std::string& pool);
+
+// Raw O_DIRECT bandwidth of a byte range of the pool file, the device figure every ratio refers
+// to: 1 MiB I/Os from 4 threads with an io_uring ring each, 32 in flight per ring (128 in all),
+// writes followed by one fdatasync. Plain sequential I/O with no KV logic at all. `threads`
+// receives how many threads it used.
+double raw_bandwidth(const std::string& path, uint64_t offset, uint64_t bytes, bool write, unsigned* threads = nullptr);
+
+// Every run measures the device on its own pool, right before tutti touches it: a raw write of
+// the region the store will write, a raw read of what the store wrote right before the load.
+// Each ratio compares figures taken seconds apart on the same bytes (shared disks drift). Each
+// raw figure is the second of two passes: a virtual disk is markedly faster on bytes it has
+// seen once (host caching, thin provisioning), and tutti always meets them second.
+struct RawFigures {
+  double read = 0, write = 0;
+  uint64_t bytes = 0;
+  unsigned threads = 0;
+};
+
+struct RunResult {
+  Row store, load;
+  uint64_t data_offset = 0, data_bytes = 0;
+  std::string path;
+  int rc = 0;
+  std::string unsupported;  // why this backend cannot run here (open or register said so)
+};
+
+// One store + load of the whole cache with one backend and I/O mode, on a fresh pool.
+RunResult run_once(const BenchArgs& a, const Printer& print, KvCache& kv, const std::string& backend,
+                   const char* io_mode, RawFigures* raw);
+
+}  // namespace tutti::cli
