@@ -105,7 +105,8 @@ TUTTI_API const char* tutti_last_error(void);
 /* ---- Options ---------------------------------------------------------------------------
  * Keys (value strings; sizes accept K/M/G/T suffixes, powers of 1024). Every key has an
  * environment variable TUTTI_<KEY in upper case> that sets its default; tutti_options_set wins.
- * (TUTTI_DEBUG is no option: it adds the failing source line to tutti_last_error.)
+ * (TUTTI_DEBUG is no option: it adds the failing source line to tutti_last_error, and
+ * tutti_runtime_register_kv prints to stderr the backend and layer paths it chose, and why.)
  *   pool             URI of a pool file; repeat to stripe over several SSDs.
  *                    file:///abs/path/pool?size=64G, or a plain path. A directory means
  *                    <dir>/tutti.pool. Default (TUTTI_POOL): ./tutti.pool

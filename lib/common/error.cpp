@@ -19,9 +19,13 @@ std::string SourceSite::str() const {
   return std::string(f) + ":" + std::to_string(line);
 }
 
+bool debug_enabled() {
+  const char* debug = std::getenv("TUTTI_DEBUG");  // read each time, so a test may flip it
+  return debug && *debug && std::strcmp(debug, "0") != 0;
+}
+
 std::string user_message(const Error& e) {
-  const char* debug = std::getenv("TUTTI_DEBUG");  // read per failure, so a test may flip it
-  if (!debug || !*debug || !std::strcmp(debug, "0")) return e.what();
+  if (!debug_enabled()) return e.what();
   return std::string(e.what()) + " [" + e.site().str() + "]";
 }
 

@@ -43,6 +43,8 @@ int code_from_errno(int err) noexcept;
 // TUTTI_DEBUG is set to anything but 0, " [<site>]" after it. Tests match on the message, so
 // the site never enters it otherwise.
 std::string user_message(const Error& e);
+// TUTTI_DEBUG is set to anything but 0.
+bool debug_enabled();
 
 }  // namespace tutti
 

@@ -1,6 +1,7 @@
 #include "runtime/runtime.hpp"
 
 #include <chrono>
+#include <cstdio>
 
 #include "common/error.hpp"
 #include "datapath/cufile.hpp"
@@ -186,7 +187,10 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   gpu_uring_ = std::move(gu);
   tier_ = std::move(tier);
   backend_name_ = tutti::backend_name(b);
-  plan_why_ = plan.why;
+  if (debug_enabled())
+    std::fprintf(stderr, "tutti: backend %s%s%s, loads %s, stores %s, direct I/O %s\n", tutti::backend_name(b),
+                 plan.why.empty() ? "" : " (", plan.why.empty() ? "" : (plan.why + ")").c_str(), load_path_->name(),
+                 store_path_->name(), plan.direct ? "on" : "off");
   device_ = std::move(device);
   scheduler_ = std::make_unique<Scheduler>(cfg_.lookahead);
   binding_ = std::move(binding);

@@ -73,7 +73,6 @@ class Runtime {
   Config cfg_;
   BackendKind opened_ = BackendKind::kPosix;    // the backend as resolved at open
   std::atomic<const char*> backend_name_{""};  // a static string; settled at register_kv
-  std::string plan_why_;                       // how register_kv settled it
   std::mutex mu_;  // registration, close
   std::mutex running_mu_;
   std::condition_variable running_cv_;
