@@ -1,6 +1,6 @@
 // The paths into CUDA memory that CPU I/O or the mapped pool feed: staged-cuda, per-block (in
-// CUDA memory) and mapped-cuda. A load is checked where its bytes land: the checksum kernel
-// runs right after the copy kernel, on the same stream.
+// CUDA memory) and mapped-cuda. A load is checked where its bytes land: by the checksum kernel,
+// right after the copy kernel on its stream (per-block: once the layer's copies are all done).
 #include <algorithm>
 #include <cstring>
 

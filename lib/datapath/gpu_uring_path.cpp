@@ -58,12 +58,12 @@ class GpuUringRun final : public RunBase {
 
   void issue(uint32_t layer) override {
     const size_t n = chunks_.size();
-    if (staging_.empty()) {  // first layer: the staging of every set, for the whole batch
+    if (held_.empty()) {  // first layer: the staging of every set, for the whole batch
       Staging& staging = *p_.staging;
       for (Set& set : sets_) {
         for (size_t i = 0; i < n; ++i) {
           Staging::Buffer b = staging.acquire();
-          staging_.push_back(b);
+          held_.push_back(b);
           set.targets_host[i] = gpu::IoTarget{reinterpret_cast<uint64_t>(b.data), static_cast<uint32_t>(b.region), 0};
           set.copies_host[i] = gpu::ChunkCopy{staging.device_address(b), chunks_[i].first_block};
         }
@@ -106,8 +106,8 @@ class GpuUringRun final : public RunBase {
 
  private:
   void release_staging() {
-    for (const Staging::Buffer& b : staging_) p_.staging->release(b);
-    staging_.clear();
+    for (const Staging::Buffer& b : held_) p_.staging->release(b);
+    held_.clear();
   }
 
   struct Set {
@@ -120,7 +120,7 @@ class GpuUringRun final : public RunBase {
   void* pinned_ = nullptr;  // the chunks' extents, then every set's descriptors
   uint64_t chunks_dev_ = 0;
   std::vector<Set> sets_;
-  std::vector<Staging::Buffer> staging_;
+  std::vector<Staging::Buffer> held_;  // every set's staging, for the whole batch
 };
 
 class GpuUringPath final : public LayerPath {

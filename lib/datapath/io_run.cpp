@@ -34,7 +34,7 @@ std::string RunBase::where(uint32_t i, uint32_t layer, uint64_t past) const {
 
 void RunBase::check_terms(uint32_t i, uint32_t layer, uint64_t terms) {
   if (!matches(i, layer, layer_sum_of_terms(terms, kv_.shape().layer_bytes())))
-    corrupt(i, layer, "the blocks it landed in (read from " + where(i, layer) + ")");
+    corrupt(i, layer, "the chunk-layer in the blocks (read from " + where(i, layer) + ")");
 }
 
 void RunBase::land(uint32_t layer, const int32_t* status, const uint64_t* terms, bool errnos) {
@@ -46,8 +46,7 @@ void RunBase::land(uint32_t layer, const int32_t* status, const uint64_t* terms,
     } else if (!errnos) {
       fail(i, layer, status[i]);
     } else {
-      const int e = -status[i];
-      fail(i, layer, e == ENOSPC ? TUTTI_ENOSPC : TUTTI_EIO, "read of " + where(i, layer) + ": " + std::strerror(e));
+      fail(i, layer, code_of_errno(status[i]), "read of " + where(i, layer) + ": " + std::strerror(-status[i]));
     }
   }
   p_.counters->bytes_read += ok * kv_.shape().layer_bytes();
@@ -141,7 +140,7 @@ void IoRun::op_done(LayerOp& op, int64_t res) {
     (op.write ? p_.counters->bytes_written : p_.counters->bytes_read) += op.length;
   } else {
     const std::string at = where(op.item, op.layer, op.lo);
-    fail(op.item, op.layer, res == -ENOSPC ? TUTTI_ENOSPC : res == -EBADMSG ? TUTTI_ECORRUPT : TUTTI_EIO,
+    fail(op.item, op.layer, code_of_errno(res),
          res == -EBADMSG ? "checksum mismatch: the bytes read from " + at + " are not the ones stored"
          : res < 0       ? std::string(op.write ? "write to " : "read of ") + at + ": " + std::strerror(static_cast<int>(-res))
                          : std::string(op.write ? "short write to " : "short read of ") + at + " (" + std::to_string(res) +
@@ -211,7 +210,7 @@ class HostRun final : public IoRun {
     if (verify_ && ranges_.size() > 1)
       for (uint32_t i = 0; i < chunks_.size(); ++i)
         if (!failed(i) && !matches(i, layer, extent_checksum(kv_, layer, chunks_[i].blocks)))
-          corrupt(i, layer, "the blocks it landed in (read from " + where(i, layer) + ")");
+          corrupt(i, layer, "the chunk-layer in the blocks (read from " + where(i, layer) + ")");
     sink_.layer_landed(layer);
   }
 };

@@ -9,8 +9,9 @@
 //   mapped-cuda  dram: copy kernels between the mapped pool and the blocks, no I/O
 // The runtime picks a path once, at register_kv (runtime/plan.hpp). A batch plans once
 // (LayerPath::plan), then the scheduler issues its layers in order (PathRun::issue); every
-// issued layer ends with exactly one PathSink::layer_landed, after which the path touches
-// nothing of that layer.
+// issued layer ends with exactly one PathSink::layer_landed. A layer_landed call is the last
+// thing its caller does with the run and the sink: once the last layer has landed, the batch
+// may be freed, its run with it, on another thread.
 #pragma once
 
 #include <atomic>
@@ -77,7 +78,7 @@ struct PathParts {
   const KvBinding* kv = nullptr;
   const Pool* pool = nullptr;
   Backend* backend = nullptr;     // CPU I/O
-  Staging* staging = nullptr;     // host staging (null when every I/O goes straight to blocks)
+  Staging* staging = nullptr;     // one I/O each: pinned host memory, or HBM for cufile loads
   DramTier* tier = nullptr;       // in front of `backend`, or null
   gpu::Device* device = nullptr;  // the KV cache is in CUDA memory
   GpuUring* gpu_uring = nullptr;
@@ -100,7 +101,8 @@ class LayerPath {
 enum class PathKind { kHost, kHostPerBlock, kStagedCuda, kCudaPerBlock, kGpuUring, kMappedCuda };
 std::unique_ptr<LayerPath> make_layer_path(PathKind kind, const PathParts& parts);
 
-// The five ways, one file each (make_layer_path picks).
+// The ways by name (make_layer_path picks): host and host per-block in io_run.cpp, the three
+// fed into CUDA memory in cuda_paths.cpp, gpu-uring in gpu_uring_path.cpp.
 std::unique_ptr<LayerPath> make_host_path(const PathParts& parts, bool per_block);
 std::unique_ptr<LayerPath> make_staged_cuda_path(const PathParts& parts);
 std::unique_ptr<LayerPath> make_per_block_cuda_path(const PathParts& parts);

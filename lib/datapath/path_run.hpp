@@ -5,6 +5,8 @@
 
 #include <sys/uio.h>
 
+#include <cerrno>
+
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -16,6 +18,11 @@
 #include "kernels/device.hpp"
 
 namespace tutti {
+
+// The tutti_error of a failed transfer's -errno (-EBADMSG: a checksum mismatch).
+inline int code_of_errno(int64_t res) {
+  return res == -ENOSPC ? TUTTI_ENOSPC : res == -EBADMSG ? TUTTI_ECORRUPT : TUTTI_EIO;
+}
 
 class RunBase : public PathRun {
  protected:

@@ -170,6 +170,7 @@ void Batch::unplan() {
       index.abandon(chunks_[i].slot, owners_[i].dirty);
   }
   for (uint64_t slot : held_) index.unpin(slot);
+  for (Request& q : reqs_) std::fill(q.status.begin(), q.status.end(), 0);
   chunks_.clear();
   owners_.clear();
   held_.clear();

@@ -6,6 +6,19 @@
 
 namespace tutti {
 
+namespace {
+
+// direct_to_blocks=on where vectored I/O into the blocks would be used but cannot be.
+void check_direct(const Config& cfg, const KvBinding& kv, BackendKind b) {
+  if (cfg.direct != DirectMode::kOn || kv.on_device() || cfg.io_mode == IoMode::kPerBlockBaseline ||
+      b == BackendKind::kPassthru)  // passthru reads into staging
+    return;
+  TUTTI_EXPECT(kv.direct_capable(),
+               "direct_to_blocks=on needs 4 KiB aligned blocks whose K (and V) rows are contiguous per block");
+}
+
+}  // namespace
+
 Plan make_plan(const Config& cfg, BackendKind opened, const KvBinding& kv) {
   const std::string named = backend_name(cfg.backend);
   const bool cuda = kv.on_device();
@@ -28,9 +41,7 @@ Plan make_plan(const Config& cfg, BackendKind opened, const KvBinding& kv) {
   }
   TUTTI_EXPECT_CODE(!cfg.dram_tier || !(gpu_uring || cufile || dram), TUTTI_EUNSUPPORTED,
                     "dram_tier sits in front of the CPU producers (uring, posix, passthru, nvme), not backend " + named);
-  if (cfg.direct == DirectMode::kOn && !cuda && !per_block && !passthru)
-    TUTTI_EXPECT(kv.direct_capable(),
-                 "direct_to_blocks=on needs 4 KiB aligned blocks whose K (and V) rows are contiguous per block");
+  if (cfg.backend != BackendKind::kAuto) check_direct(cfg, kv, b);  // auto: once settled
   Plan plan;
   plan.backend = opened;
   return plan;
@@ -62,6 +73,7 @@ void settle_plan(Plan& plan, const Config& cfg, const KvBinding& kv, const Pool&
     }
   }
   const BackendKind b = plan.backend;
+  if (cfg.backend == BackendKind::kAuto) check_direct(cfg, kv, b);
   const bool gpu_uring = b == BackendKind::kGpuUring, dram = b == BackendKind::kDram;
   const bool passthru = b == BackendKind::kPassthru;
   plan.uring_stores = gpu_uring || b == BackendKind::kCufile || passthru || b == BackendKind::kNvme;

@@ -127,7 +127,8 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   }
   if (staging) bc.staging = staging->regions();
 
-  // The CPU producer: every store, and the loads of uring, posix and dram.
+  // The CPU producer: the stores of every path but mapped-cuda, and the loads of the host paths
+  // and staged-cuda (uring, posix, dram in host memory).
   auto backend = b == BackendKind::kDram ? make_dram_backend(bc, *dram_pool)
                                          : make_backend(plan.uring_stores ? BackendKind::kUring : b, bc);
   // Loads of their own: passthru and nvme into staging; cufile into staging in HBM, which the
