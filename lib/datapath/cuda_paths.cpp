@@ -145,10 +145,16 @@ class PerBlockCudaRun final : public IoRun {
     return layer_sum(extent.data(), extent.size());
   }
 
+  // On an I/O thread: a failed copy fails the chunk (its write goes on, but it is never
+  // committed) instead of escaping the thread.
   void prepare(LayerOp& op) override {
     if (!op.write) return;
-    p_.device->copy_sync(op.buf, block_address(op), op.length);
-    if (op.lo == 0) chunks_[op.item].sums[op.layer] = extent_checksum_on_device(op.layer, chunks_[op.item].blocks);
+    try {
+      p_.device->copy_sync(op.buf, block_address(op), op.length);
+      if (op.lo == 0) chunks_[op.item].sums[op.layer] = extent_checksum_on_device(op.layer, chunks_[op.item].blocks);
+    } catch (const Error& e) {
+      fail(op.item, op.layer, e.code(), e.what());
+    }
   }
 
   int64_t read_over(LayerOp& op, int64_t res) override {
