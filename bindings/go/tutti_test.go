@@ -122,33 +122,45 @@ func TestSaltAndErrors(t *testing.T) {
 func TestConcurrentBatches(t *testing.T) {
 	kv := newKV(t)
 	rt := open(t, kv)
+	var prompts, loaded [4]prompt
+	for g := range prompts {
+		tokens := make([]int32, 64)
+		for i := range tokens {
+			tokens[i] = int32(g*100000 + i)
+		}
+		table := []int32{int32(4 * g), int32(4*g + 1), int32(4*g + 2), int32(4*g + 3)}
+		prompts[g] = prompt{tokens: tokens, table: table}
+		loaded[g] = prompt{tokens: tokens, table: []int32{int32(16 + 4*g), int32(17 + 4*g), int32(18 + 4*g), int32(19 + 4*g)}}
+		kv.fill(prompts[g], 0, len(tokens))
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
 		go func(g int) {
 			defer wg.Done()
-			tokens := make([]int32, 64)
-			for i := range tokens {
-				tokens[i] = int32(g*100000 + i)
+			move := func(op Op, p prompt) error {
+				b, err := rt.NewBatch(op)
+				if err != nil {
+					return err
+				}
+				defer b.Close()
+				if err = b.Add(Request{Tokens: p.tokens, BlockTable: p.table, TokenEnd: TokensAll}); err == nil {
+					if err = b.Submit(); err == nil {
+						err = b.Wait()
+					}
+				}
+				return err
 			}
-			table := []int32{int32(4 * g), int32(4*g + 1), int32(4*g + 2), int32(4*g + 3)}
-			b, err := rt.NewBatch(Store)
-			if err == nil {
-				err = b.Add(Request{Tokens: tokens, BlockTable: table, TokenEnd: TokensAll})
-			}
-			if err == nil {
-				err = b.Submit()
-			}
-			if err == nil {
-				err = b.Wait()
-			}
-			b.Close()
+			err := move(Store, prompts[g])
 			if err == nil {
 				var hit int
-				if hit, err = rt.Lookup(tokens, nil); err == nil && hit != 64 {
+				if hit, err = rt.Lookup(prompts[g].tokens, nil); err == nil && hit != 64 {
 					err = errors.New("not found after store")
 				}
+			}
+			if err == nil {
+				err = move(Load, loaded[g]) // into other blocks
 			}
 			errs <- err
 		}(g)
@@ -159,6 +171,9 @@ func TestConcurrentBatches(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+	for g := range loaded {
+		kv.check(t, loaded[g], 0, 64, 0, layers)
 	}
 }
 
