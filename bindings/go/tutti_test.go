@@ -1,68 +1,17 @@
 package tutti
 
+// The Go package against a real pool: bytes stored are the bytes loaded (the pattern of the
+// shared fixture, fixture_test.go), errors with codes, a runtime used from several goroutines.
+
 import (
 	"bytes"
 	"errors"
-	"math/rand"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sync"
-	"syscall"
 	"testing"
-	"unsafe"
 )
-
-const (
-	layers, blocks, bt, heads, dim = 3, 64, 16, 2, 64
-	layerBytes                     = 2 * blocks * bt * heads * dim * 2
-	blockBytes                     = bt * heads * dim * 2
-)
-
-// kvCache is a fused [2, blocks, bt, heads, dim] fp16-sized cache per layer in mapped memory
-// (the runtime writes into it from its own threads, so it must not be Go's heap).
-type kvCache struct {
-	mem []byte
-}
-
-func newKV(t *testing.T, seed int64) *kvCache {
-	mem, err := syscall.Mmap(-1, 0, layers*layerBytes, syscall.PROT_READ|syscall.PROT_WRITE,
-		syscall.MAP_ANON|syscall.MAP_PRIVATE)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Munmap(mem) })
-	kv := &kvCache{mem: mem}
-	rand.New(rand.NewSource(seed)).Read(kv.mem)
-	return kv
-}
-
-func (kv *kvCache) layout() Layout {
-	l := Layout{Layers: layers, Blocks: blocks, BlockTokens: bt, KVHeads: heads, HeadDim: dim, ElemBytes: 2}
-	for i := 0; i < layers; i++ {
-		l.K = append(l.K, uintptr(unsafe.Pointer(&kv.mem[i*layerBytes])))
-	}
-	return l
-}
-
-// block returns layer l's K (side 0) or V (side 1) bytes of block b.
-func (kv *kvCache) block(l, side, b int) []byte {
-	at := l*layerBytes + side*layerBytes/2 + b*blockBytes
-	return kv.mem[at : at+blockBytes]
-}
-
-func open(t *testing.T, kv *kvCache) *Runtime {
-	rt, err := Open(map[string]string{"pool": filepath.Join(t.TempDir(), "pool"), "capacity": "64M",
-		"chunk_tokens": "64", "staging": "8M"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close() })
-	if err := rt.RegisterKV(kv.layout()); err != nil {
-		t.Fatal(err)
-	}
-	return rt
-}
 
 func run(t *testing.T, rt *Runtime, op Op, reqs ...Request) *Batch {
 	b, err := rt.NewBatch(op)
@@ -88,7 +37,7 @@ func run(t *testing.T, rt *Runtime, op Op, reqs ...Request) *Batch {
 }
 
 func TestStoreLookupLoad(t *testing.T) {
-	kv := newKV(t, 1)
+	kv := newKV(t)
 	rt := open(t, kv)
 	tokens := make([]int32, 320)
 	for i := range tokens {
@@ -98,6 +47,7 @@ func TestStoreLookupLoad(t *testing.T) {
 	for i := range stored {
 		stored[i], loaded[i] = int32(i), int32(20+i)
 	}
+	kv.fill(prompt{tokens: tokens, table: stored}, 0, len(tokens))
 	b := run(t, rt, Store, Request{Tokens: tokens, BlockTable: stored, TokenEnd: TokensAll})
 	if r, _ := b.Result(0); r.Status != nil || r.ChunksOK != 5 || r.TokensOK != 320 {
 		t.Fatalf("store result %+v", r)
@@ -105,20 +55,13 @@ func TestStoreLookupLoad(t *testing.T) {
 	if hit, err := rt.Lookup(tokens, nil); err != nil || hit != 320 {
 		t.Fatalf("lookup = %d, %v", hit, err)
 	}
+	kv.poison()
 	b = run(t, rt, Load, Request{Tokens: tokens, BlockTable: loaded, TokenEnd: TokensAll})
 	st, err := b.ChunkStatus(0)
 	if err != nil || len(st) != 5 {
 		t.Fatalf("chunk status %v %v", st, err)
 	}
-	for l := 0; l < layers; l++ {
-		for side := 0; side < 2; side++ {
-			for i := range stored {
-				if !bytes.Equal(kv.block(l, side, int(loaded[i])), kv.block(l, side, int(stored[i]))) {
-					t.Fatalf("layer %d side %d block %d: bytes differ", l, side, loaded[i])
-				}
-			}
-		}
-	}
+	kv.check(t, prompt{tokens: tokens, table: loaded}, 0, len(tokens), 0, layers)
 	s, err := rt.Stats()
 	if err != nil || s.StoredChunks != 5 || s.LayerWaits != 2*layers {
 		t.Fatalf("stats %+v %v", s, err)
@@ -129,15 +72,32 @@ func TestStoreLookupLoad(t *testing.T) {
 }
 
 func TestSaltAndErrors(t *testing.T) {
-	kv := newKV(t, 2)
+	kv := newKV(t)
 	rt := open(t, kv)
 	tokens := make([]int32, 128)
-	run(t, rt, Store, Request{Tokens: tokens, BlockTable: []int32{0, 1, 2, 3, 4, 5, 6, 7}, TokenEnd: TokensAll, Salt: []byte("lora-7")})
+	stored, loaded := []int32{0, 1, 2, 3, 4, 5, 6, 7}, []int32{8, 9, 10, 11, 12, 13, 14, 15}
+	kv.fill(prompt{tokens: tokens, table: stored, seed: 7}, 0, len(tokens))
+	run(t, rt, Store, Request{Tokens: tokens, BlockTable: stored, TokenEnd: TokensAll, Salt: []byte("lora-7")})
 	if hit, _ := rt.Lookup(tokens, nil); hit != 0 {
 		t.Fatalf("unsalted lookup found %d", hit)
 	}
 	if hit, _ := rt.Lookup(tokens, []byte("lora-7")); hit != 128 {
 		t.Fatalf("salted lookup found %d", hit)
+	}
+	// The second chunk only, salted, into other blocks.
+	lb := run(t, rt, Load, Request{Tokens: tokens, BlockTable: loaded, TokenBegin: 64, TokenEnd: TokensAll, Salt: []byte("lora-7")})
+	if r, _ := lb.Result(0); r.Status != nil || r.TokensOK != 64 {
+		t.Fatalf("salted load result %+v", r)
+	}
+	kv.check(t, prompt{tokens: tokens, table: loaded, seed: 7}, 64, 128, 0, layers)
+	for l := 0; l < layers; l++ {
+		for side := 0; side < 2; side++ {
+			for _, blk := range loaded[:4] { // the first chunk was not asked for
+				if !bytes.Equal(kv.block(l, side, int(blk)), bytes.Repeat([]byte{poison}, blockBytes)) {
+					t.Fatalf("layer %d side %d block %d: written, but its chunk was not asked for", l, side, blk)
+				}
+			}
+		}
 	}
 	b, _ := rt.NewBatch(Load)
 	defer b.Close()
@@ -160,35 +120,47 @@ func TestSaltAndErrors(t *testing.T) {
 
 // Batches driven from several goroutines at once (a runtime is safe for concurrent use).
 func TestConcurrentBatches(t *testing.T) {
-	kv := newKV(t, 3)
+	kv := newKV(t)
 	rt := open(t, kv)
+	var prompts, loaded [4]prompt
+	for g := range prompts {
+		tokens := make([]int32, 64)
+		for i := range tokens {
+			tokens[i] = int32(g*100000 + i)
+		}
+		table := []int32{int32(4 * g), int32(4*g + 1), int32(4*g + 2), int32(4*g + 3)}
+		prompts[g] = prompt{tokens: tokens, table: table}
+		loaded[g] = prompt{tokens: tokens, table: []int32{int32(16 + 4*g), int32(17 + 4*g), int32(18 + 4*g), int32(19 + 4*g)}}
+		kv.fill(prompts[g], 0, len(tokens))
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
 		go func(g int) {
 			defer wg.Done()
-			tokens := make([]int32, 64)
-			for i := range tokens {
-				tokens[i] = int32(g*100000 + i)
+			move := func(op Op, p prompt) error {
+				b, err := rt.NewBatch(op)
+				if err != nil {
+					return err
+				}
+				defer b.Close()
+				if err = b.Add(Request{Tokens: p.tokens, BlockTable: p.table, TokenEnd: TokensAll}); err == nil {
+					if err = b.Submit(); err == nil {
+						err = b.Wait()
+					}
+				}
+				return err
 			}
-			table := []int32{int32(4 * g), int32(4*g + 1), int32(4*g + 2), int32(4*g + 3)}
-			b, err := rt.NewBatch(Store)
-			if err == nil {
-				err = b.Add(Request{Tokens: tokens, BlockTable: table, TokenEnd: TokensAll})
-			}
-			if err == nil {
-				err = b.Submit()
-			}
-			if err == nil {
-				err = b.Wait()
-			}
-			b.Close()
+			err := move(Store, prompts[g])
 			if err == nil {
 				var hit int
-				if hit, err = rt.Lookup(tokens, nil); err == nil && hit != 64 {
+				if hit, err = rt.Lookup(prompts[g].tokens, nil); err == nil && hit != 64 {
 					err = errors.New("not found after store")
 				}
+			}
+			if err == nil {
+				err = move(Load, loaded[g]) // into other blocks
 			}
 			errs <- err
 		}(g)
@@ -199,6 +171,9 @@ func TestConcurrentBatches(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+	for g := range loaded {
+		kv.check(t, loaded[g], 0, 64, 0, layers)
 	}
 }
 

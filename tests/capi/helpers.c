@@ -1,13 +1,13 @@
 /* helpers.c — shared fixtures of the C API tests (see helpers.h). */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "helpers.h"
+#include "tutti_fixture.h"
 
 #define TH_POISON 0xA5
 
@@ -23,12 +23,7 @@
 
 /* ---- Random numbers ------------------------------------------------------------------ */
 
-uint64_t th_mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+uint64_t th_mix64(uint64_t x) { return tf_mix64(x); }
 
 uint64_t th_rand(uint64_t* state) {
   *state += 0x9E3779B97F4A7C15ull;
@@ -51,25 +46,9 @@ uint64_t th_base_seed(void) {
 
 /* ---- Temporary directories ----------------------------------------------------------- */
 
-int th_mkdtemp(char* out, size_t cap) {
-  const char* base = getenv("TMPDIR");
-  if (!base || !*base) base = "/tmp";
-  int len = snprintf(out, cap, "%s/tutti-capi-XXXXXX", base);
-  if (len < 0 || (size_t)len >= cap) return -1;
-  return mkdtemp(out) ? 0 : -1;
-}
+int th_mkdtemp(char* out, size_t cap) { return tf_tmpdir(out, cap, "capi"); }
 
-static int rm_entry(const char* path, const struct stat* sb, int flag, struct FTW* ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  remove(path);
-  return 0;
-}
-
-void th_rmtree(const char* path) {
-  if (path && *path) nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
+void th_rmtree(const char* path) { tf_rmtree(path); }
 
 int th_setup_dir(void** state) {
   th_env* env = calloc(1, sizeof *env);
@@ -271,66 +250,58 @@ void th_kv_destroy(th_kv* kv) {
   free(kv);
 }
 
-static size_t row_offset(const th_kv* kv, int32_t block, size_t tok, uint32_t head) {
-  const tutti_kv_layout* L = &kv->layout;
-  return (size_t)block * L->block_stride + tok * L->token_stride + head * L->head_stride;
+/* The bytes of a row are the fixture's pattern (tests/fixture/), seeded per position by the
+ * prompt's chain: a function of the salt, the tokens up to it, its position, layer, K/V, head. */
+static tf_prompt fixture_prompt(const th_prompt* p, const int32_t* table) {
+  tf_prompt f = {p->tokens, p->n, 0, p->chain, table};
+  return f;
 }
 
-/* The bytes of one row: a function of the prompt prefix up to the token, layer, K/V, head. */
-static void pattern_row(const th_kv* kv, uint64_t chain, uint32_t layer, int is_v, uint32_t head,
-                        unsigned char* out) {
-  uint64_t x = th_mix64(chain ^ th_mix64(((uint64_t)layer << 32) | ((uint64_t)is_v << 16) | head));
-  size_t i = 0;
-  for (; i + 8 <= kv->row; i += 8) {
-    x = th_mix64(x);
-    memcpy(out + i, &x, 8);
-  }
-  x = th_mix64(x);
-  for (; i < kv->row; i++) out[i] = (unsigned char)(x >> (8 * (i & 7)));
-}
+/* The cache's layout with its addresses moved to the shadow copy. */
+typedef struct shadow_layout {
+  tutti_kv_layout layout;
+  void* k[32];
+  void* v[32];
+} shadow_layout;
 
-enum { W_MEM = 1, W_SHADOW = 2, W_DONTCARE = 4 };
-
-static void write_rows(th_kv* kv, const th_prompt* p, const int32_t* table, size_t begin,
-                       size_t end, int where) {
-  unsigned char row[4096];
-  const th_kv_spec* s = &kv->spec;
-  if (end > p->n) end = p->n;
-  TH_REQUIRE(kv->row <= sizeof row);
-  for (size_t t = begin; t < end; t++) {
-    int32_t block = table[t / s->block_tokens];
-    size_t tok = t % s->block_tokens;
-    for (uint32_t l = 0; l < s->num_layers; l++) {
-      for (int is_v = 0; is_v < 2; is_v++) {
-        unsigned char* mem = is_v ? (unsigned char*)kv->v[l] : (unsigned char*)kv->k[l];
-        unsigned char* sh = is_v ? kv->v_shadow[l] : kv->k_shadow[l];
-        for (uint32_t h = 0; h < s->num_kv_heads; h++) {
-          size_t off = row_offset(kv, block, tok, h);
-          if (where & W_DONTCARE) {
-            memcpy(sh + off, mem + off, kv->row);
-            continue;
-          }
-          pattern_row(kv, p->chain[t], l, is_v, h, row);
-          if (where & W_MEM) memcpy(mem + off, row, kv->row);
-          if (where & W_SHADOW) memcpy(sh + off, row, kv->row);
-        }
-      }
-    }
+static void shadow_of(const th_kv* kv, shadow_layout* s) {
+  s->layout = kv->layout;
+  for (uint32_t l = 0; l < kv->spec.num_layers; l++) {
+    s->k[l] = kv->k_shadow[l];
+    s->v[l] = kv->v_shadow[l];
   }
+  s->layout.k_base = s->k;
+  s->layout.v_base = kv->layout.v_base ? s->v : NULL;
 }
 
 void th_kv_fill(th_kv* kv, const th_prompt* p, const int32_t* table, size_t begin, size_t end) {
-  write_rows(kv, p, table, begin, end, W_MEM | W_SHADOW);
+  tf_prompt f = fixture_prompt(p, table);
+  tf_fill(&kv->layout, &f, begin, end);
+  th_kv_expect(kv, p, table, begin, end);
 }
 
 void th_kv_expect(th_kv* kv, const th_prompt* p, const int32_t* table, size_t begin,
                   size_t end) {
-  write_rows(kv, p, table, begin, end, W_SHADOW);
+  shadow_layout s;
+  tf_prompt f = fixture_prompt(p, table);
+  shadow_of(kv, &s);
+  tf_fill(&s.layout, &f, begin, end);
 }
 
 void th_kv_dontcare(th_kv* kv, const th_prompt* p, const int32_t* table, size_t begin,
                     size_t end) {
-  write_rows(kv, p, table, begin, end, W_DONTCARE);
+  const tutti_kv_layout* L = &kv->layout;
+  if (end > p->n) end = p->n;
+  for (size_t t = begin; t < end; t++) {
+    int32_t block = table[t / L->block_tokens];
+    uint32_t slot = (uint32_t)(t % L->block_tokens);
+    for (uint32_t l = 0; l < L->num_layers; l++)
+      for (uint32_t h = 0; h < L->num_kv_heads; h++) {
+        size_t off = tf_row_offset(L, block, slot, h);
+        memcpy(kv->k_shadow[l] + off, (unsigned char*)kv->k[l] + off, kv->row);
+        memcpy(kv->v_shadow[l] + off, (unsigned char*)kv->v[l] + off, kv->row);
+      }
+  }
 }
 
 void th_kv_poison(th_kv* kv) {
@@ -357,38 +328,11 @@ void th_kv_poison_blocks(th_kv* kv, const int32_t* table, size_t nblocks) {
 
 size_t th_kv_check(const th_kv* kv, const th_prompt* p, const int32_t* table, size_t begin,
                    size_t end, uint32_t layer_lo, uint32_t layer_hi, char* msg, size_t cap) {
-  unsigned char row[4096];
-  const th_kv_spec* s = &kv->spec;
-  size_t bad = 0;
+  tf_mismatch m;
+  tf_prompt f = fixture_prompt(p, table);
+  size_t bad = tf_check(&kv->layout, &f, begin, end, layer_lo, layer_hi, &m);
   if (msg && cap) msg[0] = '\0';
-  if (end > p->n) end = p->n;
-  if (layer_hi > s->num_layers) layer_hi = s->num_layers;
-  for (size_t t = begin; t < end; t++) {
-    int32_t block = table[t / s->block_tokens];
-    size_t tok = t % s->block_tokens;
-    for (uint32_t l = layer_lo; l < layer_hi; l++) {
-      for (int is_v = 0; is_v < 2; is_v++) {
-        const unsigned char* mem = is_v ? (const unsigned char*)kv->v[l]
-                                        : (const unsigned char*)kv->k[l];
-        for (uint32_t h = 0; h < s->num_kv_heads; h++) {
-          size_t off = row_offset(kv, block, tok, h);
-          pattern_row(kv, p->chain[t], l, is_v, h, row);
-          if (memcmp(mem + off, row, kv->row) != 0) {
-            if (bad == 0 && msg) {
-              size_t i = 0;
-              while (mem[off + i] == row[i]) i++;
-              snprintf(msg, cap,
-                       "token %zu (block %d slot %zu) layer %u %s head %u byte %zu: "
-                       "got 0x%02x, expected 0x%02x",
-                       t, (int)block, tok, (unsigned)l, is_v ? "V" : "K", (unsigned)h, i,
-                       mem[off + i], row[i]);
-            }
-            bad++;
-          }
-        }
-      }
-    }
-  }
+  if (bad && msg) tf_describe(&m, msg, cap);
   return bad;
 }
 
@@ -501,20 +445,12 @@ fail:
 int th_open(tutti_runtime** out, const char* dir, const char* capacity, unsigned chunk_tokens,
             const char* const* extra, const th_kv* kv) {
   tutti_options* o = NULL;
-  tutti_runtime* rt = NULL;
   *out = NULL;
   int rc = th_options(&o, dir, capacity, chunk_tokens, extra);
   if (rc) return rc;
-  rc = tutti_runtime_open(o, &rt);
+  rc = tf_open(out, o, &kv->layout);
   tutti_options_destroy(o);
-  if (rc) return rc;
-  rc = tutti_runtime_register_kv(rt, &kv->layout);
-  if (rc) {
-    tutti_runtime_close(rt);
-    return rc;
-  }
-  *out = rt;
-  return 0;
+  return rc;
 }
 
 static _Thread_local char batch_error[1024];

@@ -1,5 +1,6 @@
 /* helpers.h — shared fixtures of the C API tests: temp dirs, KV caches with a recomputable byte
- * pattern, prompts, block tables, runtime and batch shortcuts. */
+ * pattern (the one of tests/fixture/, seeded by each prompt's chain), a shadow copy of the bytes
+ * expected everywhere, prompts, block tables, runtime and batch shortcuts. */
 #ifndef TUTTI_CAPI_HELPERS_H
 #define TUTTI_CAPI_HELPERS_H
 

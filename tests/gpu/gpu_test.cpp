@@ -1,4 +1,5 @@
-// KV caches in CUDA device memory: store from HBM, load back into HBM, compare every byte.
+// KV caches in CUDA device memory: store from HBM, load back into HBM, compare every byte. The
+// stored bytes are the shared fixture's pattern (tests/fixture/), filled on the host and copied in.
 // Skips visibly (exit 77) where there is no CUDA device; runs for real on the GPU machine.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include "kernels/device.hpp"
 #include "resolver/layout.hpp"
 #include "tutti.h"
+#include "tutti_fixture.h"
 
 namespace {
 
@@ -33,9 +35,10 @@ struct Dir {
 };
 
 // A KV cache of `layers` fused [2, blocks, bt, heads, dim] tensors in HBM, with a host copy of
-// what was written into it.
+// what was written into it: the fixture's pattern in the rows of the prompts filled, a poison
+// byte everywhere else.
 struct DeviceKv {
-  DeviceKv(uint32_t layers, uint32_t blocks, uint32_t bt, uint32_t heads, uint32_t dim, int hnd, uint32_t seed) {
+  DeviceKv(uint32_t layers, uint32_t blocks, uint32_t bt, uint32_t heads, uint32_t dim, int hnd) {
     tutti_kv_layout_init(&layout, layers, blocks, bt, heads, dim, 2, hnd);
     layer_bytes = 2 * uint64_t{blocks} * layout.block_stride;
     mem = static_cast<std::byte*>(tutti::gpu::alloc(0, layer_bytes * layers));
@@ -44,13 +47,43 @@ struct DeviceKv {
     layout.v_offset = uint64_t{blocks} * layout.block_stride;
     layout.memory = TUTTI_MEMORY_CUDA;
     layout.device = 0;
-    ref.resize(layer_bytes * layers);
-    std::mt19937_64 rng(seed);
-    for (auto& b : ref) b = static_cast<std::byte>(rng());
+    ref.assign(layer_bytes * layers, std::byte{0xA5});
     tutti::gpu::copy_to_device(mem, ref.data(), ref.size());
   }
   ~DeviceKv() { tutti::gpu::free(mem); }
   void zero() { tutti::gpu::fill_zero(mem, ref.size()); }
+  // The layout with its addresses moved into a host buffer of the cache's size.
+  tutti_kv_layout on_host(std::byte* host, std::vector<void*>& host_bases) const {
+    tutti_kv_layout h = layout;
+    host_bases.clear();
+    for (uint32_t l = 0; l < layout.num_layers; ++l) host_bases.push_back(host + l * layer_bytes);
+    h.k_base = host_bases.data();
+    h.memory = TUTTI_MEMORY_HOST;
+    return h;
+  }
+  // Writes the pattern of the prompt's tokens into its blocks of the reference, then copies the
+  // reference into HBM.
+  void fill(const std::vector<int32_t>& tokens, const int32_t* table, uint64_t seed = 0) {
+    std::vector<void*> host_bases;
+    const tutti_kv_layout h = on_host(ref.data(), host_bases);
+    const tf_prompt p{tokens.data(), tokens.size(), seed, nullptr, table};
+    tf_fill(&h, &p, 0, tokens.size());
+    tutti::gpu::copy_to_device(mem, ref.data(), ref.size());
+  }
+  // The rows of the prompt's tokens [begin, end) in HBM against the pattern: "" where all are
+  // equal, else how many rows differ and the first byte that does, with both values.
+  std::string check(const std::vector<int32_t>& tokens, const int32_t* table, size_t begin, size_t end,
+                    uint64_t seed = 0) const {
+    std::vector<std::byte> got(ref.size());
+    tutti::gpu::copy_to_host(got.data(), mem, got.size());
+    std::vector<void*> host_bases;
+    const tutti_kv_layout h = on_host(got.data(), host_bases);
+    const tf_prompt p{tokens.data(), tokens.size(), seed, nullptr, table};
+    tf_mismatch m;
+    if (tf_check(&h, &p, begin, end, 0, layout.num_layers, &m) == 0) return "";
+    char msg[256];
+    return std::to_string(m.rows) + " rows differ from the stored bytes; first: " + tf_describe(&m, msg, sizeof msg);
+  }
   // Bytes of block `b` (K and V, every layer) in HBM equal the reference?
   bool block_matches(int32_t b) const {
     std::vector<std::byte> got(layout.block_stride);
@@ -118,7 +151,7 @@ TEST_P(GpuRoundTrip, StoreFromHbmLoadIntoHbm) {
   const Case c = GetParam();
   Dir dir(c.shm);
   const uint32_t layers = 4, blocks = 96, bt = 16;
-  DeviceKv kv(layers, blocks, bt, 8, 128, c.hnd, 7);
+  DeviceKv kv(layers, blocks, bt, 8, 128, c.hnd);
   int rc = 0;
   tutti_runtime* rt = open_runtime(dir.path + "/pool", c.backend, kv.layout, c.verify, c.io_mode, &rc);
   if (rc == TUTTI_EUNSUPPORTED && std::string(c.backend) == "cufile") GTEST_SKIP() << tutti_last_error();
@@ -143,7 +176,10 @@ TEST_P(GpuRoundTrip, StoreFromHbmLoadIntoHbm) {
     reqs.push_back(r);
     used += n / bt;
   }
-  for (size_t i = 0; i < reqs.size(); ++i) reqs[i].tokens = prompts[i].data();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].tokens = prompts[i].data();
+    kv.fill(prompts[i], reqs[i].block_table);
+  }
 
   ASSERT_EQ(run(rt, TUTTI_OP_STORE, reqs, layers), 0) << tutti_last_error();
   for (auto& p : prompts) {
@@ -154,6 +190,8 @@ TEST_P(GpuRoundTrip, StoreFromHbmLoadIntoHbm) {
   kv.zero();
   ASSERT_EQ(run(rt, TUTTI_OP_LOAD, reqs, layers), 0) << tutti_last_error();
   for (size_t i = 0; i < used; ++i) EXPECT_TRUE(kv.block_matches(table[i])) << "block " << table[i];
+  for (size_t i = 0; i < reqs.size(); ++i)
+    EXPECT_EQ(kv.check(prompts[i], reqs[i].block_table, 0, prompts[i].size()), "") << "prompt " << i;
   tutti_runtime_close(rt);
 }
 
@@ -177,7 +215,7 @@ TEST_P(GpuCorrupt, FlippedByteIsCaught) {
   const Case c = GetParam();
   Dir dir(c.shm);
   const uint32_t layers = 3, blocks = 32, bt = 16, chunk = 64, n = 512;
-  DeviceKv kv(layers, blocks, bt, 8, 128, c.hnd, 9);
+  DeviceKv kv(layers, blocks, bt, 8, 128, c.hnd);
   const std::string pool = dir.path + "/pool";
   int rc = 0;
   tutti_runtime* rt = open_runtime(pool, c.backend, kv.layout, true, c.io_mode, &rc);
@@ -186,6 +224,7 @@ TEST_P(GpuCorrupt, FlippedByteIsCaught) {
   std::vector<int32_t> table(blocks), tokens(n);
   for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>((i * 5) % blocks);
   for (uint32_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>(i * 3 + 1);
+  kv.fill(tokens, table.data());
   std::vector<tutti_request> r(1);
   r[0] = tutti_request{};
   r[0].tokens = tokens.data(), r[0].num_tokens = n, r[0].block_table = table.data(), r[0].num_block_ids = n / bt;
@@ -223,6 +262,7 @@ TEST_P(GpuCorrupt, FlippedByteIsCaught) {
   EXPECT_EQ(status[3], TUTTI_ECORRUPT);
   EXPECT_EQ(res.tokens, 3u * chunk);
   for (uint32_t i = 0; i < 3 * chunk / bt; ++i) EXPECT_TRUE(kv.block_matches(table[i])) << "block " << table[i];
+  EXPECT_EQ(kv.check(tokens, table.data(), 0, 3 * chunk), "");
   tutti_runtime_close(rt);
 }
 
@@ -259,7 +299,7 @@ class GpuGraph : public ::testing::TestWithParam<const char*> {};
 TEST_P(GpuGraph, ReplayWaitsForEachLoad) {
   Dir dir(std::string(GetParam()) == "dram");
   const uint32_t layers = 3, blocks = 32, bt = 16;
-  DeviceKv kv(layers, blocks, bt, 8, 128, 0, 11);
+  DeviceKv kv(layers, blocks, bt, 8, 128, 0);
   tutti_runtime* rt = open_runtime(dir.path + "/pool", GetParam(), kv.layout);
   ASSERT_NE(rt, nullptr);
   std::vector<int32_t> table(blocks);
@@ -269,9 +309,7 @@ TEST_P(GpuGraph, ReplayWaitsForEachLoad) {
   std::vector<std::vector<std::byte>> refs;
   for (int p = 0; p < 2; ++p) {
     for (size_t i = 0; i < n; ++i) prompts[p][i] = static_cast<int32_t>(p * 100000 + i);
-    std::mt19937_64 rng(100 + p);  // prompt p's own KV bytes
-    for (auto& b : kv.ref) b = static_cast<std::byte>(rng());
-    tutti::gpu::copy_to_device(kv.mem, kv.ref.data(), kv.ref.size());
+    kv.fill(prompts[p], table.data());  // prompt p's own KV bytes, in every block
     refs.push_back(kv.ref);
     std::vector<tutti_request> r(1);
     r[0] = tutti_request{};
@@ -337,13 +375,14 @@ class GpuFailedRead : public ::testing::TestWithParam<const char*> {};
 TEST_P(GpuFailedRead, LeavesBlocksAlone) {
   Dir dir;
   const uint32_t layers = 2, blocks = 32, bt = 16, chunk = 64, n = 512;
-  DeviceKv kv(layers, blocks, bt, 8, 128, 0, 5);
+  DeviceKv kv(layers, blocks, bt, 8, 128, 0);
   const std::string pool = dir.path + "/pool";
   tutti_runtime* rt = open_runtime(pool, GetParam(), kv.layout);
   ASSERT_NE(rt, nullptr);
   std::vector<int32_t> table(blocks), tokens(n);
   for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>(i);
   for (uint32_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>(i * 7);
+  kv.fill(tokens, table.data());
   std::vector<tutti_request> r(1);
   r[0] = tutti_request{};
   r[0].tokens = tokens.data(), r[0].num_tokens = n, r[0].block_table = table.data(), r[0].num_block_ids = n / bt;
@@ -384,6 +423,7 @@ TEST_P(GpuFailedRead, LeavesBlocksAlone) {
         }
     }
   }
+  EXPECT_EQ(kv.check(tokens, table.data(), 0, 5 * chunk), "");
   tutti_runtime_close(rt);
 }
 
@@ -425,7 +465,7 @@ TEST(Gpu, HostPointersAreNotCudaMemory) {
 // not contiguous, are refused.
 TEST(Gpu, PerBlockBaselineNeedsNhd) {
   Dir dir;
-  DeviceKv hnd(2, 8, 16, 2, 64, 1, 1);
+  DeviceKv hnd(2, 8, 16, 2, 64, 1);
   int rc = 0;
   EXPECT_EQ(open_runtime(dir.path + "/pool", "uring", hnd.layout, false, "per-block-baseline", &rc), nullptr);
   EXPECT_EQ(rc, TUTTI_EUNSUPPORTED);
