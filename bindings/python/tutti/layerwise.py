@@ -1,0 +1,116 @@
+"""Layer-wise prefix loading for a model written in torch.
+
+The engine keeps a paged KV cache (PagedKv: per layer one fused [2, blocks, block_tokens,
+kv_heads, head_dim] tensor, the layout vLLM uses) registered with a tutti Runtime. For a prompt,
+PrefixLoad.begin() looks the prompt up and submits the load of its cached prefix; the model then
+calls wait(layer) right before layer's attention reads the cache, so the reads of later layers
+run while earlier layers compute. After the prefill, store() writes the prompt's new whole
+chunks back.
+
+    kv = PagedKv(layers, blocks, block_tokens, kv_heads, head_dim, torch.bfloat16, "cuda")
+    rt = tutti.Runtime(pool=..., chunk_tokens=256); rt.register_kv(kv.layout())
+    with PrefixLoad(rt, tokens, table) as load:   # load.tokens: the cached prefix
+        logits = model(tokens, kv, table, prefix=load.tokens, before_attention=load.wait)
+    store(rt, tokens, table, begin=load.tokens)
+"""
+from typing import Any, Optional
+
+from . import KvLayout, MEMORY_CUDA, MEMORY_HOST, Runtime
+
+try:
+    import torch
+except ImportError:  # the binding itself needs no torch
+    torch = None
+
+
+class PagedKv:
+    """A paged KV cache in torch tensors: block b of layer l holds tokens' K at kv[l][0, b] and
+    V at kv[l][1, b], each [block_tokens, kv_heads, head_dim]."""
+
+    def __init__(self, layers: int, blocks: int, block_tokens: int, kv_heads: int, head_dim: int,
+                 dtype: Any = None, device: Any = "cpu"):
+        if torch is None:
+            raise ImportError("tutti.layerwise needs torch")
+        self.layers, self.blocks, self.block_tokens = layers, blocks, block_tokens
+        self.kv_heads, self.head_dim = kv_heads, head_dim
+        self.kv = [torch.zeros(2, blocks, block_tokens, kv_heads, head_dim, dtype=dtype or torch.float32,
+                               device=device) for _ in range(layers)]
+
+    def layout(self) -> KvLayout:
+        t = self.kv[0]
+        return KvLayout.paged(self.layers, self.blocks, self.block_tokens, self.kv_heads, self.head_dim,
+                              t.element_size(), k=self.kv,
+                              memory=MEMORY_CUDA if t.is_cuda else MEMORY_HOST,
+                              device=t.device.index or 0 if t.is_cuda else 0)
+
+    def _slots(self, table: "torch.Tensor", begin: int, end: int):
+        pos = torch.arange(begin, end, device=table.device)
+        return table[pos // self.block_tokens].long(), pos % self.block_tokens
+
+    def write(self, layer: int, table: "torch.Tensor", begin: int, k: "torch.Tensor", v: "torch.Tensor") -> None:
+        """Puts k, v ([tokens, kv_heads, head_dim]) of positions begin.. into their blocks."""
+        blocks, offs = self._slots(table.to(self.kv[layer].device), begin, begin + k.shape[0])
+        self.kv[layer][0, blocks, offs] = k.to(self.kv[layer].dtype)
+        self.kv[layer][1, blocks, offs] = v.to(self.kv[layer].dtype)
+
+    def read(self, layer: int, table: "torch.Tensor", end: int):
+        """K and V of positions 0..end, [end, kv_heads, head_dim] each."""
+        blocks, offs = self._slots(table.to(self.kv[layer].device), 0, end)
+        return self.kv[layer][0, blocks, offs], self.kv[layer][1, blocks, offs]
+
+
+def _int32(x: Any) -> Any:
+    if torch is not None and isinstance(x, torch.Tensor):
+        return x.to(torch.int32).cpu().contiguous()
+    return x
+
+
+class PrefixLoad:
+    """The load of a prompt's cached prefix, layer by layer. `tokens` is how many leading tokens
+    it brings (0 on a miss: then wait() returns at once and nothing is submitted)."""
+
+    def __init__(self, rt: Runtime, tokens: Any, block_table: Any, salt: Optional[bytes] = None,
+                 stream: Any = None):
+        self._tokens, self._table = _int32(tokens), _int32(block_table)
+        self._stream = stream
+        self.tokens = rt.lookup(self._tokens, salt)
+        self._batch = None
+        if self.tokens:
+            self._batch = rt.batch("load")
+            self._batch.add(self._tokens, self._table, token_end=self.tokens, salt=salt)
+            self._batch.submit()
+
+    def wait(self, layer: int) -> None:
+        """Returns once layer's prefix KV is in the blocks (with a CUDA stream: work queued on it
+        after this call sees the bytes)."""
+        if self._batch is not None:
+            self._batch.wait_layer(layer, stream=self._stream)
+
+    def finish(self) -> int:
+        """Waits for the whole load; returns the tokens that arrived (fewer than promised if a
+        chunk failed or was evicted: the model must then recompute from there)."""
+        if self._batch is None:
+            return 0
+        self._batch.wait()
+        got = self._batch.result(0).tokens
+        self._batch.close()
+        self._batch = None
+        return got
+
+    def __enter__(self) -> "PrefixLoad":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._batch is not None:
+            self._batch.close()  # waits for anything in flight
+            self._batch = None
+
+
+def store(rt: Runtime, tokens: Any, block_table: Any, begin: int = 0, salt: Optional[bytes] = None) -> int:
+    """Stores the prompt's whole chunks from token `begin` (a multiple of chunk_tokens: the
+    cached prefix) on; returns how many tokens are now in the pool past `begin`."""
+    with rt.batch("store") as b:
+        b.add(_int32(tokens), _int32(block_table), token_begin=begin, salt=salt)
+        b.submit()
+        b.wait()
+        return b.result(0).tokens
