@@ -10,7 +10,8 @@ chunks back.
     kv = PagedKv(layers, blocks, block_tokens, kv_heads, head_dim, torch.bfloat16, "cuda")
     rt = tutti.Runtime(pool=..., chunk_tokens=256); rt.register_kv(kv.layout())
     with PrefixLoad(rt, tokens, table) as load:   # load.tokens: the cached prefix
-        logits = model(tokens, kv, table, prefix=load.tokens, before_attention=load.wait)
+        logits = model.prefill(tokens, kv, table, prefix=load.tokens, before_attention=load.wait)
+        arrived = load.finish()                      # < load.tokens: recompute from there
     store(rt, tokens, table, begin=load.tokens)
 """
 from typing import Any, Optional
