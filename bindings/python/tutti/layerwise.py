@@ -11,7 +11,9 @@ chunks back.
     rt = tutti.Runtime(pool=..., chunk_tokens=256); rt.register_kv(kv.layout())
     with PrefixLoad(rt, tokens, table) as load:   # load.tokens: the cached prefix
         logits = model.prefill(tokens, kv, table, prefix=load.tokens, before_attention=load.wait)
-        arrived = load.finish()                      # < load.tokens: recompute from there
+        if load.finish() < load.tokens:              # a chunk failed or was evicted: the logits
+            ...                                      # are not to be used; prefill again from
+                                                     # the tokens that arrived
     store(rt, tokens, table, begin=load.tokens)
 """
 from typing import Any, Optional
@@ -88,8 +90,9 @@ class PrefixLoad:
             self._batch.wait_layer(layer, stream=self._stream)
 
     def finish(self) -> int:
-        """Waits for the whole load; returns the tokens that arrived (fewer than promised if a
-        chunk failed or was evicted: the model must then recompute from there)."""
+        """Waits for the whole load; returns the tokens that arrived. Fewer than promised (a
+        chunk failed its checksum, or was evicted) means the blocks past them hold no valid KV:
+        whatever was computed over them is to be thrown away and prefilled again from there."""
         if self._batch is None:
             return 0
         self._batch.wait()
