@@ -84,3 +84,38 @@ def test_wrong_kv_would_show(tmp_path):
         kv.kv[layer][:, table[0].long()] += 0.5  # disturb the first block of the prefix
     suffix = model.prefill(tokens, kv, table, prefix=2 * CT)
     assert not torch.allclose(suffix, full[2 * CT:], rtol=1e-4, atol=1e-4)
+
+
+def test_layer_by_layer_into_cuda_memory(tmp_path):
+    """The same protocol with the KV cache and the model on the GPU; each layer's wait is
+    stream-ordered, so the attention queued after it reads the loaded prefix."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device for torch")
+    model = ReferenceLlama(SHAPE, seed=5, device="cuda")
+    gen = torch.Generator().manual_seed(6)
+    tokens = torch.randint(0, SHAPE.vocab, (4 * CT + 3,), generator=gen, dtype=torch.int32)
+    nblk = (tokens.shape[0] + BT - 1) // BT
+    perm = torch.randperm(BLOCKS, generator=gen).to(torch.int32)
+
+    def cuda_kv():
+        return PagedKv(SHAPE.layers, BLOCKS, BT, SHAPE.kv_heads, SHAPE.head_dim, torch.float32, "cuda")
+
+    kv = cuda_kv()
+    first = perm[:nblk].cuda()
+    full = model.prefill(tokens, kv, first)
+    torch.cuda.synchronize()
+    rt = runtime(tmp_path, kv)
+    assert store(rt, tokens, first) == 4 * CT
+    rt.close()
+
+    kv2 = cuda_kv()
+    second = perm[nblk:2 * nblk].cuda()
+    rt = runtime(tmp_path, kv2)
+    stream = torch.cuda.current_stream()
+    with PrefixLoad(rt, tokens, second, stream=stream) as load:
+        assert load.tokens == 4 * CT
+        suffix = model.prefill(tokens, kv2, second, prefix=load.tokens, before_attention=load.wait)
+        torch.cuda.synchronize()
+        assert load.finish() == 4 * CT
+    rt.close()
+    torch.testing.assert_close(suffix, full[4 * CT:], rtol=1e-4, atol=1e-4)
