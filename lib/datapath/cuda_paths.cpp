@@ -266,13 +266,7 @@ class CudaPath final : public LayerPath {
                        " bytes (option staging / TUTTI_STAGING)");
       return std::make_unique<StagedCudaRun>(p_, load, chunks, sink);
     }
-    const KvBinding& kv = *p_.kv;
-    const Shape& s = kv.shape();
-    const uint64_t bb = s.token_bytes() * kv.block_tokens();
-    std::vector<std::pair<uint64_t, uint64_t>> ranges;
-    for (uint64_t sec : {uint64_t{0}, s.v_offset()})
-      for (uint64_t o = 0; o < s.kv_bytes(); o += bb) ranges.emplace_back(sec + o, sec + o + bb);
-    return std::make_unique<PerBlockCudaRun>(p_, load, chunks, sink, std::move(ranges));
+    return std::make_unique<PerBlockCudaRun>(p_, load, chunks, sink, per_block_ranges(*p_.kv));
   }
 
  private:

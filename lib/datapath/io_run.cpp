@@ -32,9 +32,21 @@ std::string RunBase::where(uint32_t i, uint32_t layer, uint64_t past) const {
   return p_.pool->file(e.file).path + " at offset " + std::to_string(e.offset + past);
 }
 
+void RunBase::check_landed(uint32_t i, uint32_t layer, uint64_t sum) {
+  if (!matches(i, layer, sum)) corrupt(i, layer, "the chunk-layer in the blocks (read from " + where(i, layer) + ")");
+}
+
 void RunBase::check_terms(uint32_t i, uint32_t layer, uint64_t terms) {
-  if (!matches(i, layer, layer_sum_of_terms(terms, kv_.shape().layer_bytes())))
-    corrupt(i, layer, "the chunk-layer in the blocks (read from " + where(i, layer) + ")");
+  check_landed(i, layer, layer_sum_of_terms(terms, kv_.shape().layer_bytes()));
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> per_block_ranges(const KvBinding& kv) {
+  const Shape& s = kv.shape();
+  const uint64_t bb = s.token_bytes() * kv.block_tokens();
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (uint64_t sec : {uint64_t{0}, s.v_offset()})
+    for (uint64_t o = 0; o < s.kv_bytes(); o += bb) ranges.emplace_back(sec + o, sec + o + bb);
+  return ranges;
 }
 
 void RunBase::land(uint32_t layer, const int32_t* status, const uint64_t* terms, bool errnos) {
@@ -209,8 +221,7 @@ class HostRun final : public IoRun {
   void io_over(uint32_t layer) override {
     if (verify_ && ranges_.size() > 1)
       for (uint32_t i = 0; i < chunks_.size(); ++i)
-        if (!failed(i) && !matches(i, layer, extent_checksum(kv_, layer, chunks_[i].blocks)))
-          corrupt(i, layer, "the chunk-layer in the blocks (read from " + where(i, layer) + ")");
+        if (!failed(i)) check_landed(i, layer, extent_checksum(kv_, layer, chunks_[i].blocks));
     sink_.layer_landed(layer);
   }
 };
@@ -224,10 +235,8 @@ class HostPath final : public LayerPath {
     const KvBinding& kv = *p_.kv;
     const Shape& s = kv.shape();
     std::vector<std::pair<uint64_t, uint64_t>> ranges;
-    if (per_block_) {  // one block's K or V per I/O
-      const uint64_t bb = s.token_bytes() * kv.block_tokens();
-      for (uint64_t sec : {uint64_t{0}, s.v_offset()})
-        for (uint64_t o = 0; o < s.kv_bytes(); o += bb) ranges.emplace_back(sec + o, sec + o + bb);
+    if (per_block_) {
+      ranges = per_block_ranges(kv);
     } else if (p_.direct) {
       const uint64_t step = kv.run_bytes() * IOV_MAX;  // runs are whole iovecs
       for (uint64_t o = 0; o < s.layer_bytes(); o += step) ranges.emplace_back(o, std::min(o + step, s.layer_bytes()));

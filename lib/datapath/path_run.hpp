@@ -38,7 +38,9 @@ class RunBase : public PathRun {
   bool matches(uint32_t i, uint32_t layer, uint64_t sum) const { return chunks_[i].expected[layer] == sum; }
   // "<pool file> at offset N" for chunk i's layer, plus `past` bytes.
   std::string where(uint32_t i, uint32_t layer, uint64_t past = 0) const;
-  // CUDA memory: the checksum kernel's page terms of chunk i's layer as it landed in the blocks.
+  // Chunk i's layer as it landed in the blocks, by its checksum (or, from the checksum kernel in
+  // CUDA memory, its page terms): a mismatch fails the chunk.
+  void check_landed(uint32_t i, uint32_t layer, uint64_t sum);
   void check_terms(uint32_t i, uint32_t layer, uint64_t terms);
   // A load's layer is in the blocks except for the chunks whose `status` is not 0 (a -errno
   // with `errnos`, else a tutti_error): those fail, the others are checked against `terms`
@@ -52,6 +54,9 @@ class RunBase : public PathRun {
   std::deque<PathChunk>& chunks_;
   PathSink& sink_;
 };
+
+// The per-block baseline's I/Os of a chunk-layer: one block's K or V each.
+std::vector<std::pair<uint64_t, uint64_t>> per_block_ranges(const KvBinding& kv);
 
 // The checksum (kernels/layer_sum.hpp) of a chunk-layer extent as it lies on disk, read from
 // host-memory blocks.
