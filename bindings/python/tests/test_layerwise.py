@@ -59,6 +59,39 @@ def test_loaded_prefix_gives_the_logits_of_a_full_recompute(tmp_path):
     assert torch.equal(suffix.argmax(-1), full[3 * CT:].argmax(-1))  # the same greedy tokens
 
 
+def test_recomputed_head_and_loaded_tail_give_the_logits_of_a_full_recompute(tmp_path):
+    """The load-or-recompute split: the head of the cached prefix is computed again (a first
+    pass) while its tail loads, then the rest of the prompt is computed over both."""
+    model = ReferenceLlama(SHAPE, seed=7)
+    gen = torch.Generator().manual_seed(8)
+    tokens = torch.randint(0, SHAPE.vocab, (4 * CT + 9,), generator=gen, dtype=torch.int32)
+    nblk = (tokens.shape[0] + BT - 1) // BT
+    perm = torch.randperm(BLOCKS, generator=gen).to(torch.int32)
+    kv = new_kv()
+    full = model.prefill(tokens, kv, perm[:nblk])
+    rt = runtime(tmp_path, kv)
+    assert store(rt, tokens, perm[:nblk]) == 4 * CT
+    rt.close()
+
+    kv2 = new_kv()
+    second = perm[nblk:2 * nblk]
+    rt = runtime(tmp_path, kv2)
+    head = CT
+    with PrefixLoad(rt, tokens, second, begin=head) as load:
+        assert (load.begin, load.tokens) == (head, 4 * CT)
+        model.prefill(tokens[:head], kv2, second)  # the head, while the tail loads
+        suffix = model.prefill(tokens, kv2, second, prefix=load.tokens, before_attention=load.wait)
+        assert load.finish() == 4 * CT
+    rt.close()
+    torch.testing.assert_close(suffix, full[4 * CT:], rtol=1e-4, atol=1e-4)
+    # A load capped below the hit brings no more than asked.
+    rt = runtime(tmp_path, new_kv())
+    with PrefixLoad(rt, tokens, second, end=2 * CT) as load:
+        assert load.tokens == 2 * CT
+        assert load.finish() == 2 * CT
+    rt.close()
+
+
 def test_a_miss_loads_nothing_and_computes_everything(tmp_path):
     model = ReferenceLlama(SHAPE, seed=3)
     tokens = torch.arange(2 * CT, dtype=torch.int32)

@@ -2,7 +2,7 @@
 
 The engine keeps a paged KV cache (PagedKv: per layer one fused [2, blocks, block_tokens,
 kv_heads, head_dim] tensor, the layout vLLM uses) registered with a tutti Runtime. For a prompt,
-PrefixLoad.begin() looks the prompt up and submits the load of its cached prefix; the model then
+PrefixLoad(rt, tokens, table) looks the prompt up and submits the load of its cached prefix; the model then
 calls wait(layer) right before layer's attention reads the cache, so the reads of later layers
 run while earlier layers compute. After the prefill, store() writes the prompt's new whole
 chunks back.
@@ -15,6 +15,9 @@ chunks back.
             ...                                      # are not to be used; prefill again from
                                                      # the tokens that arrived
     store(rt, tokens, table, begin=load.tokens)
+
+To recompute a head of the prefix while its tail loads (tutti.policy decides how much), give
+PrefixLoad begin=head and prefill tokens[:head] first; the tail arrives meanwhile.
 """
 from typing import Any, Optional
 
@@ -69,18 +72,23 @@ def _int32(x: Any) -> Any:
 
 
 class PrefixLoad:
-    """The load of a prompt's cached prefix, layer by layer. `tokens` is how many leading tokens
-    it brings (0 on a miss: then wait() returns at once and nothing is submitted)."""
+    """The load of a prompt's cached prefix, layer by layer. `tokens` is where the cached KV ends
+    (0 on a miss: then wait() returns at once and nothing is submitted). `begin` skips a head
+    that is computed again instead (tutti.policy), `end` caps the load below the whole hit;
+    both are multiples of chunk_tokens."""
 
     def __init__(self, rt: Runtime, tokens: Any, block_table: Any, salt: Optional[bytes] = None,
-                 stream: Any = None):
+                 stream: Any = None, begin: int = 0, end: Optional[int] = None):
         self._tokens, self._table = _int32(tokens), _int32(block_table)
         self._stream = stream
         self.tokens = rt.lookup(self._tokens, salt)
+        if end is not None:
+            self.tokens = min(self.tokens, end)
+        self.begin = min(begin, self.tokens)
         self._batch = None
-        if self.tokens:
+        if self.tokens > self.begin:
             self._batch = rt.batch("load")
-            self._batch.add(self._tokens, self._table, token_end=self.tokens, salt=salt)
+            self._batch.add(self._tokens, self._table, token_begin=self.begin, token_end=self.tokens, salt=salt)
             self._batch.submit()
 
     def wait(self, layer: int) -> None:
@@ -90,13 +98,14 @@ class PrefixLoad:
             self._batch.wait_layer(layer, stream=self._stream)
 
     def finish(self) -> int:
-        """Waits for the whole load; returns the tokens that arrived. Fewer than promised (a
-        chunk failed its checksum, or was evicted) means the blocks past them hold no valid KV:
-        whatever was computed over them is to be thrown away and prefilled again from there."""
+        """Waits for the whole load; returns where the KV that arrived ends (`tokens` when all
+        did). Less (a chunk failed its checksum, or was evicted) means the blocks past it hold
+        no valid KV: whatever was computed over them is to be thrown away and prefilled again
+        from there."""
         if self._batch is None:
-            return 0
+            return self.tokens
         self._batch.wait()
-        got = self._batch.result(0).tokens
+        got = self.begin + self._batch.result(0).tokens
         self._batch.close()
         self._batch = None
         return got
