@@ -86,6 +86,7 @@ static PyObject* tutti_py_append(PyObject* result, PyObject* o) {
 %nothread;
 %thread tutti_runtime_open;
 %thread tutti_runtime_close;
+%thread tutti_runtime_register_kv;
 %thread tutti_batch_submit;
 %thread tutti_batch_wait_layer;
 %thread tutti_batch_wait;

@@ -1,0 +1,1 @@
+"""Benchmarks that need a model: python -m tutti.bench.ttft --help."""

@@ -1,0 +1,335 @@
+"""Time to first token on a Hugging Face Llama (random weights) with its prefix KV from tutti.
+
+    python -m tutti.bench.ttft --model llama3-8b --tokens 32768 --prefix 8192,16384,28672 \\
+        --source zram=/mnt/z/ttft.pool --source disk=/var/tmp/ttft.pool --source dram=/dev/shm/ttft.pool \\
+        --out ttft.jsonl
+
+For one prompt of N tokens whose first P are cached, each mode prefills and takes the last
+token's logits; the time is from the lookup to the logits on the host:
+  recompute   the whole prompt, nothing loaded
+  floor       the prefix KV is in HBM already: the compute-only floor of every load mode
+  layerwise   tutti loads layer by layer while the model computes (one row per backend)
+  load_all    tutti loads every layer, then the model computes
+  per_block   layer-wise, with the per-block baseline's I/O (one read per block and layer)
+  hybrid      tutti.policy decides how much of the prefix to recompute while the rest loads
+  store       layer-wise, while the KV of another prompt of N tokens is being stored
+Before every load the prefix blocks are zeroed, and each row's logits are compared with the
+full recompute (`logits_match`: the same greedy token and cosine >= 0.999) and with the floor's
+(`logits_equal_floor`: bit for bit: the loaded KV are the bytes that were computed).
+
+One JSON line per (model, tokens, prefix, source, mode, backend) is appended to --out; rows
+already there are skipped, so a sweep split across calls resumes where it stopped.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Dict, List, Optional
+
+import torch
+
+from .. import Runtime
+from .. import hf
+from ..layerwise import PagedKv, PrefixLoad, store
+from ..policy import Profile, decide
+
+BLOCK_TOKENS = 16
+CHUNK_TOKENS = 256
+BACKENDS = {"zram": ["gpu-uring", "uring", "posix"], "disk": ["gpu-uring", "uring", "posix"], "dram": ["dram"]}
+MODES = ["recompute", "floor", "load_all", "layerwise", "per_block", "hybrid", "store"]
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def drop_caches() -> None:
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    except OSError:
+        pass  # not root: O_DIRECT pools do not go through the page cache anyway
+
+
+def percentile(xs: List[float], p: float) -> float:
+    if not xs:
+        return 0.0
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+class Bench:
+    def __init__(self, args):
+        self.a = args
+        self.model = hf.build(args.model, seed=args.seed, max_tokens=max(args.tokens, 8192))
+        c = self.model.config
+        self.layers, self.kv_heads, self.head_dim = c.num_hidden_layers, c.num_key_value_heads, c.head_dim
+        self.n = args.tokens
+        gen = torch.Generator().manual_seed(args.seed + 1)
+        self.tokens = torch.randint(0, c.vocab_size, (self.n,), generator=gen, dtype=torch.int32)
+        self.other = torch.randint(0, c.vocab_size, (self.n,), generator=gen, dtype=torch.int32)  # the stored prompt
+        nb = (self.n + BLOCK_TOKENS - 1) // BLOCK_TOKENS
+        self.kv = PagedKv(self.layers, 2 * nb, BLOCK_TOKENS, self.kv_heads, self.head_dim, torch.bfloat16, "cuda")
+        self.table = torch.arange(nb, dtype=torch.int32)
+        self.table_other = torch.arange(nb, 2 * nb, dtype=torch.int32)
+        self.bytes_per_token_layer = 2 * self.kv_heads * self.head_dim * 2
+        self.done = set()
+        self.rows: List[dict] = []
+        if os.path.exists(args.out):
+            with open(args.out) as f:
+                for line in f:
+                    r = json.loads(line)
+                    self.rows.append(r)
+                    self.done.add(self.key(r))
+        self.ref: Optional[torch.Tensor] = None
+        self.floor: Dict[int, torch.Tensor] = {}
+        self.profile: Optional[Profile] = None
+
+    @staticmethod
+    def key(r: dict):
+        return (r["model"], r["tokens"], r["prefix"], r["source"], r["mode"], r.get("backend", "-"))
+
+    def emit(self, row: dict) -> None:
+        row = dict(model=self.a.model, tokens=self.n, **row)
+        row["gpu"] = torch.cuda.get_device_name()
+        with open(self.a.out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        self.rows.append(row)
+        self.done.add(self.key(row))
+        log(f"  {row['mode']:>9} {row['source']:>5} {row.get('backend', '-'):>9} P={row['prefix']:>6}: "
+            f"TTFT {row['ttft_s'] * 1e3:8.1f} ms  bubble {row['bubble_ms_mean']:6.2f}/{row['bubble_ms_p99']:6.2f} ms  "
+            f"{row['load_gbps']:6.2f} GB/s  cpu {row['cpu_s']:6.2f} s  match={row['logits_match']}"
+            f" floor-equal={row.get('logits_equal_floor')}")
+
+    def check(self, logits: torch.Tensor, prefix: int) -> dict:
+        ref = self.ref
+        cos = torch.nn.functional.cosine_similarity(logits, ref, dim=0).item()
+        out = dict(logits_match=bool(logits.argmax().item() == ref.argmax().item() and cos >= 0.999),
+                   logits_cosine=round(cos, 6), logits_max_diff=float((logits - ref).abs().max()))
+        if prefix in self.floor:
+            out["logits_equal_floor"] = bool(torch.equal(logits, self.floor[prefix]))
+        return out
+
+    def timed(self, run):
+        """run(mark) -> (logits, extra), calling mark() where the request starts (after any
+        set-up); returns the median of --repeat runs: logits, extra, seconds, CPU seconds and
+        every run's seconds."""
+        samples, results = [], []
+        for _ in range(self.a.repeat):
+            torch.cuda.synchronize()
+            start = {}
+
+            def mark():
+                start["t"], start["cpu"] = time.perf_counter(), time.process_time()
+
+            mark()
+            logits, extra = run(mark)
+            logits.argmax().item()  # the first token is known on the host
+            t1, c1 = time.perf_counter(), time.process_time()
+            samples.append(t1 - start["t"])
+            results.append((logits, extra, c1 - start["cpu"]))
+        i = sorted(range(len(samples)), key=samples.__getitem__)[len(samples) // 2]
+        logits, extra, cpu = results[i]
+        return logits, extra, samples[i], cpu, samples
+
+    # ---- compute only ------------------------------------------------------------------------
+
+    def forward(self, tokens, prefix, table, wait=None, events=False):
+        cache = hf.PagedCache(self.model.config, self.kv, table, prefix=prefix, wait=wait, events=events)
+        return hf.prefill(self.model, tokens, cache), cache
+
+    def compute_rows(self) -> None:
+        log(f"{self.a.model}, {self.n} tokens: warm-up, recompute, floors")
+        self.forward(self.tokens[:2048], 0, self.table)
+        logits, _, secs, cpu, samples = self.timed(lambda mark: self.forward(self.tokens, 0, self.table))
+        self.ref = logits
+        samples_fit = [(self.n, 0, secs)]
+        if not self.done_row(0, "none", "recompute"):
+            self.emit(dict(prefix=0, source="none", mode="recompute", backend="-", ttft_s=secs, ttft_samples=samples,
+                           bubble_ms_mean=0.0, bubble_ms_p99=0.0, load_gbps=0.0, cpu_s=cpu, **self.check(logits, -1)))
+        # A head pass alone (no prefix), for the profile; it writes the same KV again.
+        head = self.n // 4
+        _, _, hsecs, _, _ = self.timed(lambda mark: self.forward(self.tokens[:head], 0, self.table))
+        samples_fit.append((head, 0, hsecs))
+        for p in self.a.prefix:
+            logits, _, secs, cpu, samples = self.timed(lambda mark: self.forward(self.tokens, p, self.table))
+            self.floor[p] = logits
+            samples_fit.append((self.n - p, p, secs))
+            if not self.done_row(p, "hbm", "floor"):
+                self.emit(dict(prefix=p, source="hbm", mode="floor", backend="-", ttft_s=secs, ttft_samples=samples,
+                               bubble_ms_mean=0.0, bubble_ms_p99=0.0, load_gbps=0.0, cpu_s=cpu, **self.check(logits, p)))
+        self.profile = Profile(model=self.a.model, layers=self.layers,
+                               kv_bytes_per_token_layer=self.bytes_per_token_layer).fit(samples_fit)
+
+    def done_row(self, prefix, source, mode, backend="-") -> bool:
+        return (self.a.model, self.n, prefix, source, mode, backend) in self.done
+
+    # ---- loads -------------------------------------------------------------------------------
+
+    def runtime(self, path: str, backend: str, per_block: bool = False) -> Runtime:
+        kv_bytes = self.n * self.bytes_per_token_layer * self.layers
+        # Room for the prompt, and for the other prompts stored by the store rows (new keys each).
+        room = 1.2 + ((1 + self.a.repeat) * len(self.a.backends or ["-"] * 3) if "store" in self.a.modes else 0)
+        rt = Runtime(pool=path, capacity=int(kv_bytes * room), chunk_tokens=CHUNK_TOKENS, backend=backend,
+                     io_mode="per-block-baseline" if per_block else None)
+        rt.register_kv(self.kv.layout())
+        return rt
+
+    def zero_prefix(self, prefix: int) -> None:
+        for t in self.kv.kv:
+            t[:, : prefix // BLOCK_TOKENS].zero_()
+
+    def load_run(self, rt: Runtime, p: int, mode: str, head: int = 0, other: bool = False):
+        stream = torch.cuda.current_stream()
+
+        def run(mark):
+            self.zero_prefix(p)
+            drop_caches()
+            torch.cuda.synchronize()
+            mark()
+            t0 = time.perf_counter()
+            storing = None
+            if other:  # another prompt's KV, stored while this one loads
+                storing = rt.batch("store")
+                storing.add(self.other, self.table_other, salt=os.urandom(8))
+                storing.submit()
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+            with PrefixLoad(rt, self.tokens, self.table, stream=stream, begin=head, end=p) as load:
+                if load.tokens != p:
+                    raise RuntimeError(f"the pool holds {load.tokens} of the prompt's tokens, not {p}")
+                load_s = None
+                if mode == "load_all":
+                    got = load.finish()
+                    load_s = time.perf_counter() - t0
+                if head:
+                    self.forward(self.tokens[:head], 0, self.table)
+                logits, cache = self.forward(self.tokens, p, self.table, wait=None if mode == "load_all" else load.wait,
+                                             events=True)
+                if mode != "load_all":
+                    last = cache._events[-1][1] if cache._events else None
+                    got = load.finish()
+            if got != p:
+                raise RuntimeError(f"{got} of {p} prefix tokens arrived")
+            torch.cuda.synchronize()
+            if load_s is None:  # when the GPU passed the last layer's wait: the load was done by then
+                load_s = start.elapsed_time(last) / 1e3 if last is not None else 0.0
+            if storing is not None:
+                storing.wait()
+                storing.close()
+            return logits, dict(bubbles=cache.bubbles_ms(), load_s=load_s)
+
+        logits, extra, secs, cpu, samples = self.timed(run)
+        loaded = (p - head) * self.bytes_per_token_layer * self.layers
+        b = extra["bubbles"]
+        return dict(ttft_s=secs, ttft_samples=samples, bubble_ms_mean=sum(b) / len(b) if b else 0.0,
+                    bubble_ms_p99=percentile(b, 99), bubbles_ms=[round(x, 3) for x in b],
+                    load_s=extra["load_s"], load_gbps=loaded / extra["load_s"] / 1e9 if extra["load_s"] else 0.0,
+                    cpu_s=cpu, **self.check(logits, p))
+
+    def store_prompt(self, source: str, path: str) -> None:
+        """A fresh pool holding the prompt (the blocks hold its KV from the recompute)."""
+        if os.path.exists(path):
+            os.remove(path)
+        rt = self.runtime(path, (self.a.backends or BACKENDS[source])[0])
+        t0 = time.perf_counter()
+        stored = store(rt, self.tokens, self.table)
+        log(f"{source}: stored {stored} tokens in {time.perf_counter() - t0:.1f} s ({path})")
+        rt.close()
+
+    def source_rows(self, source: str, path: str) -> None:
+        backends = self.a.backends or BACKENDS[source]
+        log(f"{self.a.model}, {self.n} tokens from {source}: backends {', '.join(backends)}")
+        bandwidth: Dict[str, float] = {}
+        for backend in backends:
+            rt = self.runtime(path, backend)
+            for p in self.a.prefix:
+                for mode in ("load_all", "layerwise"):
+                    if mode in self.a.modes and not self.done_row(p, source, mode, backend):
+                        r = self.load_run(rt, p, mode)
+                        self.emit(dict(prefix=p, source=source, mode=mode, backend=backend, **r))
+                    if mode == "load_all":
+                        prior = [x for x in self.rows if self.key(x)[:2] == (self.a.model, self.n) and
+                                 x["source"] == source and x["mode"] == "load_all" and x["backend"] == backend]
+                        if prior:
+                            bandwidth[backend] = max(x["load_gbps"] for x in prior) * 1e9
+            if "store" in self.a.modes:
+                p = self.a.prefix[-1]
+                if not self.done_row(p, source, "store", backend):
+                    self.emit(dict(prefix=p, source=source, mode="store", backend=backend,
+                                   **self.load_run(rt, p, "layerwise", other=True)))
+            rt.close()
+        if "per_block" in self.a.modes and source != "dram":
+            backend = "uring"
+            rt = self.runtime(path, backend, per_block=True)
+            for p in self.a.prefix:
+                if not self.done_row(p, source, "per_block", backend):
+                    self.emit(dict(prefix=p, source=source, mode="per_block", backend=backend,
+                                   **self.load_run(rt, p, "layerwise")))
+            rt.close()
+        if "hybrid" in self.a.modes and self.profile is not None and bandwidth:
+            backend = max(bandwidth, key=bandwidth.get)
+            prof = Profile(**{**self.profile.__dict__, "source": source, "load_bytes_per_s": bandwidth[backend]})
+            rt = self.runtime(path, backend)
+            for p in self.a.prefix:
+                if self.done_row(p, source, "hybrid", backend):
+                    continue
+                d = decide(prof, self.n, p, CHUNK_TOKENS)
+                if d.load == 0:  # the policy recomputes: that is the recompute row's time
+                    logits, _, secs, cpu, samples = self.timed(lambda mark: self.forward(self.tokens, 0, self.table))
+                    r = dict(ttft_s=secs, ttft_samples=samples, bubble_ms_mean=0.0, bubble_ms_p99=0.0, load_gbps=0.0,
+                             cpu_s=cpu, **self.check(logits, -1))
+                else:
+                    r = self.load_run(rt, p, "layerwise", head=d.recompute)
+                self.emit(dict(prefix=p, source=source, mode="hybrid", backend=backend, recompute_tokens=d.recompute,
+                               load_tokens=d.load, predicted_s=d.predicted_s, decision=d.reason,
+                               profile={k: v for k, v in prof.__dict__.items() if k != "samples"}, **r))
+            rt.close()
+        os.remove(path)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tutti.bench.ttft", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--model", default="llama3-8b", choices=sorted(hf.SHAPES))
+    ap.add_argument("--tokens", type=int, default=32768, help="prompt length N (default 32768)")
+    ap.add_argument("--prefix", default="", help="comma-separated cached prefixes P (default N/8, N/2, 7N/8)")
+    ap.add_argument("--source", action="append", default=[], metavar="NAME=PATH",
+                    help="a pool to load from: zram, disk or dram (a pool under /dev/shm); repeat")
+    ap.add_argument("--backends", default="", help="comma-separated backends (default: per source)")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
+    ap.add_argument("--repeat", type=int, default=2, help="runs per row; the median is reported (default 2)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="ttft.jsonl", help="JSON lines, appended; rows already there are skipped")
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        log("ttft: no CUDA device for torch: this benchmark runs on a GPU")
+        return 77
+    n = a.tokens
+    a.prefix = sorted(int(x) for x in a.prefix.split(",")) if a.prefix else [n // 8, n // 2, 7 * n // 8]
+    a.modes = a.modes.split(",")
+    a.backends = [x for x in a.backends.split(",") if x]
+    for p in a.prefix:
+        if p <= 0 or p >= n or p % CHUNK_TOKENS:
+            ap.error(f"prefix {p}: a multiple of {CHUNK_TOKENS} in (0, {n})")
+    for m in a.modes:
+        if m not in MODES:
+            ap.error(f"mode {m!r}: one of {', '.join(MODES)}")
+    sources = []
+    for s in a.source:
+        name, _, path = s.partition("=")
+        if name not in BACKENDS or not path:
+            ap.error(f"--source {s!r}: NAME=PATH with NAME zram, disk or dram")
+        sources.append((name, path))
+    b = Bench(a)
+    b.compute_rows()
+    for name, path in sources:
+        b.store_prompt(name, path)
+    for name, path in sources:
+        b.source_rows(name, path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
