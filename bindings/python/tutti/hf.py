@@ -11,8 +11,8 @@ that attends over a cached prefix with a fused kernel.
     store(rt, tokens, table, begin=load.tokens)           # the blocks now hold every token's KV
 
 Transformers' stock attention builds a full mask once a prefix is cached (and its sdpa path
-assumes the keys start where the queries do); `attention` here uses PyTorch's bottom-right
-causal bias instead, which runs the flash kernel.
+assumes the keys start where the queries do); `attention` here runs the flash kernel with its
+bottom-right causal mask instead.
 """
 from typing import Callable, Dict, List, Optional
 
@@ -36,6 +36,25 @@ SHAPES: Dict[str, dict] = {
 }
 
 
+_flash_gqa = True  # until the flash kernel refuses fewer KV heads than query heads
+
+
+def _flash_bottom_right(query, key, value, scale):
+    """FlashAttention with its causal mask, which is aligned to the bottom right when keys
+    outnumber queries. PyTorch's causal_lower_right bias takes a slower kernel once KV heads
+    are grouped, so the flash op is called directly."""
+    global _flash_gqa
+    flash = torch.ops.aten._scaled_dot_product_flash_attention
+    if _flash_gqa:
+        try:
+            return flash(query, key, value, 0.0, True, False, scale=scale)[0]
+        except RuntimeError:
+            _flash_gqa = False
+    groups = query.shape[1] // key.shape[1]
+    return flash(query, key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1),
+                 0.0, True, False, scale=scale)[0]
+
+
 def attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: Optional[float] = None,
               **kwargs):
     """query [b, heads, q, d] over key/value [b, kv_heads, k, d] with k >= q: query i sees keys
@@ -46,6 +65,8 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
     gqa = query.shape[1] != key.shape[1]
     if q_len == k_len:
         out = sdpa(query, key, value, is_causal=True, scale=scaling, enable_gqa=gqa)
+    elif query.is_cuda and query.dtype in (torch.float16, torch.bfloat16):
+        out = _flash_bottom_right(query, key, value, scaling)
     else:
         out = sdpa(query, key, value, attn_mask=causal_lower_right(q_len, k_len), scale=scaling, enable_gqa=gqa)
     return out.transpose(1, 2).contiguous(), None
