@@ -59,8 +59,9 @@ class RunBase : public PathRun {
 std::vector<std::pair<uint64_t, uint64_t>> per_block_ranges(const KvBinding& kv);
 
 // The checksum (kernels/layer_sum.hpp) of a chunk-layer extent as it lies on disk, read from
-// host-memory blocks.
+// host-memory blocks; and the sum of the terms of its pages in [lo, hi) (whole pages).
 uint64_t extent_checksum(const KvBinding& kv, uint32_t layer, const int32_t* blocks);
+uint64_t extent_terms(const KvBinding& kv, uint32_t layer, const int32_t* blocks, uint64_t lo, uint64_t hi);
 
 // Pinned host memory the copy kernels of one batch read: the chunks' block ids, then per layer
 // one ChunkCopy per chunk, a status per chunk (with_status) and checksum terms per chunk (loads

@@ -25,6 +25,7 @@ static const it_shape shapes[] = {
     {2, 2, 64, 2, 32}, /* 8 KiB: direct to 16- and 32-token NHD blocks */
     {1, 4, 8, 4, 8},   /* 1 KiB of 4-byte elements, 3 KiB of padding */
     {4, 1, 16, 1, 64}, /* 1-byte elements, 64-token chunks */
+    {2, 8, 64, 2, 256}, /* 512 KiB chunk-layers: checked loads into aligned blocks in pieces */
 };
 
 size_t it_shape_count(void) { return sizeof shapes / sizeof shapes[0]; }
