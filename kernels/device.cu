@@ -197,6 +197,27 @@ void launch(cudaStream_t s, const CopyLayout& l, char* k, char* v, const ChunkCo
   if (kToBlocks && terms) launch_terms(s, l, k, v, chunks, n, ids, status, terms);
 }
 
+// The calling thread's own stream for the synchronous work of tutti's threads. Not
+// cudaStreamPerThread: that one waits for the legacy default stream, where an engine (torch's
+// default stream) may have queued a stream-ordered wait for the very layer this work lands.
+cudaStream_t thread_stream(int ordinal) {
+  struct Owned {
+    int ordinal = -1;
+    cudaStream_t s = nullptr;
+    ~Owned() {
+      if (s) cudaStreamDestroy(s);
+    }
+  };
+  thread_local Owned t;
+  if (t.ordinal != ordinal) {
+    if (t.s) cudaStreamDestroy(t.s);
+    t.s = nullptr;
+    check(cudaStreamCreateWithFlags(&t.s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    t.ordinal = ordinal;
+  }
+  return t.s;
+}
+
 }  // namespace
 
 std::string unavailable_reason() {
@@ -353,23 +374,26 @@ void Device::layer_terms_sync(const CopyLayout& l, const void* k, const void* v,
                               uint64_t ids, uint64_t terms) {
   if (!n) return;
   Guard g(ordinal_);
-  launch_terms(cudaStreamPerThread, l, static_cast<const char*>(k), static_cast<const char*>(v),
+  cudaStream_t s = thread_stream(ordinal_);
+  launch_terms(s, l, static_cast<const char*>(k), static_cast<const char*>(v),
                reinterpret_cast<const ChunkCopy*>(chunks), n, reinterpret_cast<const int32_t*>(ids), nullptr,
                reinterpret_cast<uint64_t*>(terms));
-  check(cudaStreamSynchronize(cudaStreamPerThread), "checksum kernel");
+  check(cudaStreamSynchronize(s), "checksum kernel");
 }
 
 void Device::page_hashes(const void* pages, size_t n, uint64_t* out) {
   Guard g(ordinal_);
-  page_hash_kernel<<<static_cast<unsigned>(n), 32, 0, cudaStreamPerThread>>>(static_cast<const uint4*>(pages), out);
+  cudaStream_t s = thread_stream(ordinal_);
+  page_hash_kernel<<<static_cast<unsigned>(n), 32, 0, s>>>(static_cast<const uint4*>(pages), out);
   check(cudaGetLastError(), "checksum kernel launch");
-  check(cudaStreamSynchronize(cudaStreamPerThread), "checksum kernel");
+  check(cudaStreamSynchronize(s), "checksum kernel");
 }
 
 void Device::copy_sync(void* dst, const void* src, size_t bytes) {
   Guard g(ordinal_);
-  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamPerThread), "cudaMemcpyAsync");
-  check(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
+  cudaStream_t s = thread_stream(ordinal_);
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s), "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
 
 void Device::gather(const CopyLayout& l, const void* k, const void* v, uint64_t chunks, size_t n, uint64_t ids) {

@@ -6,10 +6,12 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -367,6 +369,71 @@ TEST_P(GpuGraph, ReplayWaitsForEachLoad) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, GpuGraph, ::testing::Values("uring", "gpu-uring", "dram"));
+
+// An engine whose stream-ordered waits sit on the legacy default stream (torch's default
+// stream): tutti's own threads must never queue work behind them, or the layer a wait is for
+// never lands. The per-block baseline's copies once did, and hung.
+struct LegacyCase {
+  const char* backend;
+  const char* io_mode;
+};
+
+class GpuLegacyStream : public ::testing::TestWithParam<LegacyCase> {};
+
+TEST_P(GpuLegacyStream, WaitsThereDoNotBlockTheLoad) {
+  const LegacyCase c = GetParam();
+  Dir dir(std::string(c.backend) == "dram");
+  const uint32_t layers = 4, blocks = 32, bt = 16;
+  const size_t n = 512;
+  DeviceKv kv(layers, blocks, bt, 8, 128, 0);
+  tutti_runtime* rt = open_runtime(dir.path + "/pool", c.backend, kv.layout, true, c.io_mode);
+  ASSERT_NE(rt, nullptr);
+  std::vector<int32_t> table(blocks), tokens(n);
+  for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>(i);
+  for (size_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>(i * 3 + 1);
+  kv.fill(tokens, table.data());
+  std::vector<tutti_request> r(1);
+  r[0] = tutti_request{};
+  r[0].tokens = tokens.data(), r[0].num_tokens = n, r[0].block_table = table.data(), r[0].num_block_ids = n / bt;
+  r[0].token_end = TUTTI_TOKENS_ALL;
+  ASSERT_EQ(run(rt, TUTTI_OP_STORE, r, layers), 0) << tutti_last_error();
+  kv.zero();
+
+  // Every layer's wait is queued on the legacy stream before its bytes can have landed; a
+  // watchdog turns a hang into a failure.
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 600 && !done; ++i) usleep(100 * 1000);
+    if (!done) {
+      std::fprintf(stderr, "GpuLegacyStream: the load did not finish in 60 s (%s, %s)\n", c.backend, c.io_mode);
+      std::_Exit(1);
+    }
+  });
+  tutti_batch* b = nullptr;
+  ASSERT_EQ(tutti_batch_create(rt, TUTTI_OP_LOAD, &b), 0);
+  ASSERT_EQ(tutti_batch_add(b, r.data(), 1), 0);
+  ASSERT_EQ(tutti_batch_submit(b), 0);
+  for (uint32_t l = 0; l < layers; ++l) ASSERT_EQ(tutti_batch_wait_layer_async(b, l, nullptr), 0) << tutti_last_error();
+  EXPECT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  EXPECT_EQ(tutti_batch_wait(b), 0) << tutti_last_error();
+  tutti_batch_destroy(b);
+  done = true;
+  watchdog.join();
+  std::vector<std::byte> got(kv.ref.size());
+  tutti::gpu::copy_to_host(got.data(), kv.mem, got.size());
+  for (uint32_t l = 0; l < layers; ++l)
+    for (int side = 0; side < 2; ++side)
+      for (size_t i = 0; i < n / bt; ++i) {
+        const uint64_t off = l * kv.layer_bytes + side * kv.layout.v_offset + uint64_t(table[i]) * kv.layout.block_stride;
+        ASSERT_EQ(std::memcmp(got.data() + off, kv.ref.data() + off, kv.layout.block_stride), 0)
+            << "layer " << l << " side " << side << " block " << table[i];
+      }
+  tutti_runtime_close(rt);
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, GpuLegacyStream,
+                         ::testing::Values(LegacyCase{"uring", "per-block-baseline"}, LegacyCase{"uring", "object"},
+                                           LegacyCase{"gpu-uring", "object"}, LegacyCase{"dram", "object"}));
 
 // Reads that fail (the pool file cut short under the runtime) fail their chunks, and those
 // chunks' blocks are left as they were: no wrong bytes reach the KV cache.
