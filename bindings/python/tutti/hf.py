@@ -14,7 +14,7 @@ Transformers' stock attention builds a full mask once a prefix is cached (and it
 assumes the keys start where the queries do); `attention` here runs the flash kernel with its
 bottom-right causal mask instead.
 """
-from typing import Callable, Dict, List, Optional
+from typing import Callable, List, Optional
 
 import torch
 from torch.nn.attention.bias import causal_lower_right
@@ -22,19 +22,9 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 from transformers import AttentionInterface, DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from .layerwise import PagedKv
+from .model_shapes import MODEL_SHAPES
 
 ATTENTION = "tutti"
-
-# Shapes of the public checkpoints (weights are random here: nothing is downloaded).
-SHAPES: Dict[str, dict] = {
-    "llama3-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-                      num_key_value_heads=8, head_dim=128, vocab_size=128256),
-    "llama3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-                        num_key_value_heads=8, head_dim=64, vocab_size=128256, tie_word_embeddings=True),
-    "tiny": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
-                 num_key_value_heads=2, head_dim=32, vocab_size=1024),
-}
-
 
 _flash_gqa = True  # until the flash kernel refuses fewer KV heads than query heads
 
@@ -76,8 +66,8 @@ AttentionInterface.register(ATTENTION, attention)
 
 
 def build(shape: str, seed: int = 0, device: str = "cuda", dtype=torch.bfloat16, max_tokens: int = 131072):
-    """A Llama-style model of a named shape (SHAPES) with random weights from `seed`."""
-    cfg = LlamaConfig(**SHAPES[shape], max_position_embeddings=max_tokens)
+    """A Llama-style model of a named shape (tutti.model_shapes) with random weights from `seed`."""
+    cfg = LlamaConfig(**MODEL_SHAPES[shape], max_position_embeddings=max_tokens)
     torch.manual_seed(seed)
     previous = torch.get_default_device()
     torch.set_default_device(device)

@@ -20,6 +20,8 @@ full recompute (`logits_match`: the same greedy token and cosine >= 0.995) and w
 One JSON line per (model, tokens, prefix, source, mode, backend) is appended to --out; rows
 already there are skipped, so a sweep split across calls resumes where it stopped.
 """
+from __future__ import annotations
+
 import argparse
 import json
 import os
@@ -27,12 +29,11 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-import torch
-
 from .. import Runtime
-from .. import hf
-from ..layerwise import PagedKv, PrefixLoad, store
+from ..model_shapes import MODEL_SHAPES
 from ..policy import Profile, decide
+
+torch = hf = PagedKv = PrefixLoad = store = None  # imported by main(): --help needs neither torch nor transformers
 
 BLOCK_TOKENS = 16
 CHUNK_TOKENS = 256
@@ -295,7 +296,7 @@ class Bench:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tutti.bench.ttft", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--model", default="llama3-8b", choices=sorted(hf.SHAPES))
+    ap.add_argument("--model", default="llama3-8b", choices=sorted(MODEL_SHAPES))
     ap.add_argument("--tokens", type=int, default=32768, help="prompt length N (default 32768)")
     ap.add_argument("--prefix", default="", help="comma-separated cached prefixes P (default N/8, N/2, 7N/8)")
     ap.add_argument("--source", action="append", default=[], metavar="NAME=PATH[@BACKENDS]",
@@ -307,9 +308,6 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="ttft.jsonl", help="JSON lines, appended; rows already there are skipped")
     a = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        log("ttft: no CUDA device for torch: this benchmark runs on a GPU")
-        return 77
     n = a.tokens
     a.prefix = sorted(int(x) for x in a.prefix.split(",")) if a.prefix else [n // 8, n // 2, 7 * n // 8]
     a.modes = a.modes.split(",")
@@ -327,6 +325,17 @@ def main(argv=None) -> int:
             ap.error(f"--source {s!r}: NAME=PATH[@BACKENDS] with NAME zram, disk or dram")
         sources.append((name, path, [x for x in backends.split(",") if x] or BACKENDS[name]))
     a.backends = {name: backends for name, _, backends in sources}
+    global torch, hf, PagedKv, PrefixLoad, store
+    try:
+        import torch
+        from .. import hf
+        from ..layerwise import PagedKv, PrefixLoad, store
+    except ImportError as e:
+        log(f"ttft: {e}: this benchmark needs torch with CUDA and transformers")
+        return 77
+    if not torch.cuda.is_available():
+        log("ttft: no CUDA device for torch: this benchmark runs on a GPU")
+        return 77
     b = Bench(a)
     b.compute_rows()
     for name, path, _ in sources:
