@@ -268,9 +268,9 @@ class HostPath final : public LayerPath {
       ranges = per_block_ranges(kv);
     } else if (p_.direct) {
       // Runs are whole iovecs. A checked load reads pieces of kCheckedPiece, each hashed right
-      // after it lands: on the H200 machine's host, loads from /dev/shm kept 0.93 of the raw
-      // read bandwidth so (256 KiB extents) against 0.80 hashing whole 1 MiB extents after
-      // the read, and 0.98-0.99 unchecked.
+      // after it lands: on the H200 machine's host, loads from /dev/shm keep 0.93 of the raw
+      // read bandwidth so, against 0.80 hashing whole 1 MiB extents after the read, and 1.02
+      // unchecked (docs/bench/2026-12-03-h200-verify-host).
       uint64_t step = kv.run_bytes() * IOV_MAX;
       if (load && p_.verify) step = std::min(step, kCheckedPiece);
       for (uint64_t o = 0; o < s.layer_bytes(); o += step) ranges.emplace_back(o, std::min(o + step, s.layer_bytes()));
