@@ -2,10 +2,10 @@
 
 The engine keeps a paged KV cache (PagedKv: per layer one fused [2, blocks, block_tokens,
 kv_heads, head_dim] tensor, the layout vLLM uses) registered with a tutti Runtime. For a prompt,
-PrefixLoad(rt, tokens, table) looks the prompt up and submits the load of its cached prefix; the model then
-calls wait(layer) right before layer's attention reads the cache, so the reads of later layers
-run while earlier layers compute. After the prefill, store() writes the prompt's new whole
-chunks back.
+PrefixLoad(rt, tokens, table) looks the prompt up and submits the load of its cached prefix;
+the model then calls wait(layer) right before layer's attention reads the cache, so the reads
+of later layers run while earlier layers compute. After the prefill, store() writes the
+prompt's new whole chunks back.
 
     kv = PagedKv(layers, blocks, block_tokens, kv_heads, head_dim, torch.bfloat16, "cuda")
     rt = tutti.Runtime(pool=..., chunk_tokens=256); rt.register_kv(kv.layout())
