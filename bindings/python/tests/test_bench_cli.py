@@ -36,3 +36,34 @@ def test_without_gpu_or_transformers_it_skips():
         pass
     r = ttft("--tokens", "4096", "--prefix", "1024")
     assert r.returncode == 77 and "ttft:" in r.stderr
+
+
+def test_every_row_of_a_tiny_sweep_on_the_cpu(tmp_path):
+    """The whole benchmark with the in-repo model on the CPU: every mode runs, every load gives
+    the floor's logits bit for bit and the recompute's greedy token, and a second call with
+    the same output resumes (adds nothing). Its times mean nothing here."""
+    pytest.importorskip("torch", reason="torch is not installed here")
+    pytest.importorskip("numpy", reason="numpy is not installed here")
+    import json
+    import os
+    out = tmp_path / "rows.jsonl"
+    shm = f"/dev/shm/tutti-test-ttft-{os.getpid()}.pool"
+    args = ["--engine", "reference", "--device", "cpu", "--model", "tiny", "--tokens", "512", "--prefix", "256",
+            "--source", f"disk={tmp_path / 'pool'}@posix", "--source", f"dram={shm}", "--repeat", "1",
+            "--out", str(out)]
+    r = ttft(*args)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    modes = {(x["mode"], x["source"]) for x in rows}
+    for mode in ("load_all", "layerwise", "hybrid", "store"):
+        assert (mode, "disk") in modes and (mode, "dram") in modes
+    assert ("per_block", "disk") in modes and ("recompute", "none") in modes and ("floor", "hbm") in modes
+    for x in rows:
+        assert x["logits_match"], x
+        if x["mode"] not in ("recompute", "floor") and x.get("load_tokens", 1):
+            assert x["logits_equal_floor"], x
+    assert all("decision" in x for x in rows if x["mode"] == "hybrid")
+    assert not os.path.exists(shm)
+    r = ttft(*args)
+    assert r.returncode == 0, r.stderr
+    assert len(out.read_text().splitlines()) == len(rows)

@@ -19,6 +19,8 @@ full recompute (`logits_match`: the same greedy token and cosine >= 0.995) and w
 
 One JSON line per (model, tokens, prefix, source, mode, backend) is appended to --out; rows
 already there are skipped, so a sweep split across calls resumes where it stopped.
+`--engine reference --device cpu` runs the same rows with tutti.reference_llama on the CPU: CI
+checks the harness so (its times mean nothing).
 """
 from __future__ import annotations
 
@@ -63,21 +65,53 @@ def percentile(xs: List[float], p: float) -> float:
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
 
 
+class ReferenceEngine:
+    """tutti.reference_llama in place of transformers (--engine reference): the same protocol
+    and rows, on the CPU too, so CI runs the whole benchmark at a tiny size."""
+
+    def __init__(self, shape: dict, seed: int, device: str):
+        from ..reference_llama import LlamaShape, ReferenceLlama
+        self.shape = LlamaShape(layers=shape["num_hidden_layers"], hidden=shape["hidden_size"],
+                                heads=shape["num_attention_heads"], kv_heads=shape["num_key_value_heads"],
+                                head_dim=shape["head_dim"], intermediate=shape["intermediate_size"],
+                                vocab=shape["vocab_size"])
+        self.model = ReferenceLlama(self.shape, seed=seed, device=device)
+
+    def forward(self, kv, tokens, prefix, table, wait):
+        return self.model.prefill(tokens, kv, table, prefix=prefix, before_attention=wait)[-1], NoEvents()
+
+
+class NoEvents:
+    _events: list = []
+
+    def bubbles_ms(self) -> list:
+        return []
+
+
 class Bench:
     def __init__(self, args):
         self.a = args
-        self.model = hf.build(args.model, seed=args.seed, max_tokens=max(args.tokens, 8192))
-        c = self.model.config
-        self.layers, self.kv_heads, self.head_dim = c.num_hidden_layers, c.num_key_value_heads, c.head_dim
+        self.cuda = args.device == "cuda"
+        shape = MODEL_SHAPES[args.model]
+        if args.engine == "hf":
+            self.model = hf.build(args.model, seed=args.seed, max_tokens=max(args.tokens, 8192))
+            dtype = torch.bfloat16
+        else:
+            self.model = ReferenceEngine(shape, args.seed, args.device)
+            dtype = torch.float32
+        self.layers, self.kv_heads, self.head_dim = (shape["num_hidden_layers"], shape["num_key_value_heads"],
+                                                     shape["head_dim"])
         self.n = args.tokens
         gen = torch.Generator().manual_seed(args.seed + 1)
-        self.tokens = torch.randint(0, c.vocab_size, (self.n,), generator=gen, dtype=torch.int32)
-        self.other = torch.randint(0, c.vocab_size, (self.n,), generator=gen, dtype=torch.int32)  # the stored prompt
+        vocab = shape["vocab_size"]
+        self.tokens = torch.randint(0, vocab, (self.n,), generator=gen, dtype=torch.int32)
+        self.other = torch.randint(0, vocab, (self.n,), generator=gen, dtype=torch.int32)  # the stored prompt
         nb = (self.n + BLOCK_TOKENS - 1) // BLOCK_TOKENS
-        self.kv = PagedKv(self.layers, 2 * nb, BLOCK_TOKENS, self.kv_heads, self.head_dim, torch.bfloat16, "cuda")
+        self.kv = PagedKv(self.layers, 2 * nb, BLOCK_TOKENS, self.kv_heads, self.head_dim, dtype, args.device)
+        self.elem = torch.tensor([], dtype=dtype).element_size()
         self.table = torch.arange(nb, dtype=torch.int32)
         self.table_other = torch.arange(nb, 2 * nb, dtype=torch.int32)
-        self.bytes_per_token_layer = 2 * self.kv_heads * self.head_dim * 2
+        self.bytes_per_token_layer = 2 * self.kv_heads * self.head_dim * self.elem
         self.done = set()
         self.rows: List[dict] = []
         if os.path.exists(args.out):
@@ -96,7 +130,8 @@ class Bench:
 
     def emit(self, row: dict) -> None:
         row = dict(model=self.a.model, tokens=self.n, **row)
-        row["gpu"] = torch.cuda.get_device_name()
+        row["gpu"] = torch.cuda.get_device_name() if self.cuda else "none (cpu)"
+        row["engine"] = self.a.engine
         with open(self.a.out, "a") as f:
             f.write(json.dumps(row) + "\n")
         self.rows.append(row)
@@ -121,7 +156,7 @@ class Bench:
         every run's seconds."""
         samples, results = [], []
         for _ in range(self.a.repeat):
-            torch.cuda.synchronize()
+            self.sync()
             start = {}
 
             def mark():
@@ -139,7 +174,13 @@ class Bench:
 
     # ---- compute only ------------------------------------------------------------------------
 
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
     def forward(self, tokens, prefix, table, wait=None, events=False):
+        if self.a.engine == "reference":
+            return self.model.forward(self.kv, tokens, prefix, table, wait)
         cache = hf.PagedCache(self.model.config, self.kv, table, prefix=prefix, wait=wait, events=events)
         return hf.prefill(self.model, tokens, cache), cache
 
@@ -185,12 +226,12 @@ class Bench:
             t[:, : prefix // BLOCK_TOKENS].zero_()
 
     def load_run(self, rt: Runtime, p: int, mode: str, head: int = 0, other: bool = False):
-        stream = torch.cuda.current_stream()
+        stream = torch.cuda.current_stream() if self.cuda else None
 
         def run(mark):
             self.zero_prefix(p)
             drop_caches()
-            torch.cuda.synchronize()
+            self.sync()
             mark()
             t0 = time.perf_counter()
             storing = None
@@ -198,8 +239,9 @@ class Bench:
                 storing = rt.batch("store")
                 storing.add(self.other, self.table_other, salt=os.urandom(8))
                 storing.submit()
-            start = torch.cuda.Event(enable_timing=True)
-            start.record()
+            start = torch.cuda.Event(enable_timing=True) if self.cuda else None
+            if start is not None:
+                start.record()
             with PrefixLoad(rt, self.tokens, self.table, stream=stream, begin=head, end=p) as load:
                 if load.tokens != p:
                     raise RuntimeError(f"the pool holds {load.tokens} of the prompt's tokens, not {p}")
@@ -216,9 +258,9 @@ class Bench:
                     got = load.finish()
             if got != p:
                 raise RuntimeError(f"{got} of {p} prefix tokens arrived")
-            torch.cuda.synchronize()
+            self.sync()
             if load_s is None:  # when the GPU passed the last layer's wait: the load was done by then
-                load_s = start.elapsed_time(last) / 1e3 if last is not None else 0.0
+                load_s = start.elapsed_time(last) / 1e3 if last is not None else time.perf_counter() - t0
             if storing is not None:
                 storing.wait()
                 storing.close()
@@ -306,6 +348,10 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
     ap.add_argument("--repeat", type=int, default=2, help="runs per row; the median is reported (default 2)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--engine", default="hf", choices=["hf", "reference"],
+                    help="hf: transformers' LlamaForCausalLM; reference: tutti.reference_llama (no transformers)")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                    help="cpu only with --engine reference: checks the harness, its times mean nothing")
     ap.add_argument("--out", default="ttft.jsonl", help="JSON lines, appended; rows already there are skipped")
     a = ap.parse_args(argv)
     n = a.tokens
@@ -325,16 +371,19 @@ def main(argv=None) -> int:
             ap.error(f"--source {s!r}: NAME=PATH[@BACKENDS] with NAME zram, disk or dram")
         sources.append((name, path, [x for x in backends.split(",") if x] or BACKENDS[name]))
     a.backends = {name: backends for name, _, backends in sources}
+    if a.device == "cpu" and a.engine == "hf":
+        ap.error("--device cpu needs --engine reference")
     global torch, hf, PagedKv, PrefixLoad, store
     try:
         import torch
-        from .. import hf
         from ..layerwise import PagedKv, PrefixLoad, store
+        if a.engine == "hf":
+            from .. import hf
     except ImportError as e:
-        log(f"ttft: {e}: this benchmark needs torch with CUDA and transformers")
+        log(f"ttft: {e}: this benchmark needs torch (and, for --engine hf, transformers)")
         return 77
-    if not torch.cuda.is_available():
-        log("ttft: no CUDA device for torch: this benchmark runs on a GPU")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        log("ttft: no CUDA device for torch: run it on a GPU, or with --engine reference --device cpu")
         return 77
     b = Bench(a)
     b.compute_rows()
