@@ -278,20 +278,24 @@ void Device::set_layers(uint32_t layers) {
   check(cudaHostAlloc(&p, (1 + layers) * sizeof(uint64_t), cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc");
   control_ = static_cast<uint64_t*>(p);
   std::memset(control_, 0, (1 + layers) * sizeof(uint64_t));
+  epochs_ = std::make_unique<LayerEpochs>(layers);
   void* d = nullptr;
   check(cudaHostGetDevicePointer(&d, p, 0), "cudaHostGetDevicePointer");
   control_dev_ = static_cast<uint64_t*>(d);
 }
 
-void Device::begin_epoch(uint64_t epoch) { __atomic_store_n(&control_[0], epoch, __ATOMIC_RELEASE); }
-
-void Device::mark_ready(uint32_t layer, uint64_t epoch) {
-  // Never backwards: an older batch finishing late must not hide a newer one's layer.
-  uint64_t seen = __atomic_load_n(&control_[1 + layer], __ATOMIC_RELAXED);
-  while (seen < epoch &&
-         !__atomic_compare_exchange_n(&control_[1 + layer], &seen, epoch, false, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+namespace {
+// Never backwards: batches submitted from two threads may announce their epochs out of order.
+void store_max(uint64_t* at, uint64_t v) {
+  uint64_t seen = __atomic_load_n(at, __ATOMIC_RELAXED);
+  while (seen < v && !__atomic_compare_exchange_n(at, &seen, v, false, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
   }
 }
+}  // namespace
+
+void Device::begin_epoch(uint64_t epoch) { store_max(&control_[0], epoch); }
+
+void Device::mark_ready(uint32_t layer, uint64_t epoch) { store_max(&control_[1 + layer], epochs_->landed(layer, epoch)); }
 
 void Device::enqueue_wait(void* stream, uint32_t layer) {
   Guard g(ordinal_);

@@ -4,12 +4,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 
 #include <vector>
 
 #include "kernels/copy_layout.hpp"
+#include "kernels/layer_epochs.hpp"
 
 namespace tutti::gpu {
 
@@ -40,9 +42,10 @@ class Device {
   void unpin(void* p);
 
   // Stream-ordered layer waits. A control block in pinned, mapped host memory holds the epoch
-  // of the current load batch and, per layer, the epoch whose bytes have landed; a one-warp
-  // kernel on the engine's stream spins until ready[layer] reaches the current epoch. The
-  // kernel's arguments never change, so a captured CUDA graph keeps working across batches.
+  // of the newest load batch and, per layer, the epoch up to which every batch has landed it
+  // (LayerEpochs); a one-warp kernel on the engine's stream spins until ready[layer] reaches
+  // the newest epoch. The kernel's arguments never change, so a captured CUDA graph keeps
+  // working across batches, and a wait for an older batch still in flight is never early.
   void set_layers(uint32_t layers);
   void begin_epoch(uint64_t epoch);              // a load batch is submitted
   void mark_ready(uint32_t layer, uint64_t epoch);  // plain stores: callable in host callbacks
@@ -89,8 +92,9 @@ class Device {
   };
   std::mutex pinned_mu_;
   std::vector<Pinned> pinned_;
-  uint64_t* control_ = nullptr;  // [0] current epoch, [1 + l] epoch landed in layer l
+  uint64_t* control_ = nullptr;  // [0] newest epoch, [1 + l] epoch up to which layer l landed
   uint64_t* control_dev_ = nullptr;
+  std::unique_ptr<LayerEpochs> epochs_;
 };
 
 // Host memory pinned and mapped for a device for as long as this object lives.

@@ -431,6 +431,75 @@ TEST_P(GpuLegacyStream, WaitsThereDoNotBlockTheLoad) {
   tutti_runtime_close(rt);
 }
 
+// Two load batches in flight: a large one, then a small one that lands first. A stream-ordered
+// wait runs against the newest batch, so it must also cover the older batch's layer, or the
+// engine's work for the older batch would read blocks still being loaded.
+TEST(GpuEpochs, AWaitNeverPassesBeforeAnOlderBatchsLayer) {
+  Dir dir;
+  const uint32_t layers = 8, blocks = 512, bt = 16;
+  DeviceKv kv(layers, blocks, bt, 8, 128, 0);
+  tutti_runtime* rt = open_runtime(dir.path + "/pool", "posix", kv.layout);
+  ASSERT_NE(rt, nullptr);
+  std::vector<int32_t> table(blocks), big(240 * bt), small(64);
+  for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>(i);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<int32_t>(i * 5 + 3);
+  for (size_t i = 0; i < small.size(); ++i) small[i] = static_cast<int32_t>(900000 + i);
+  auto request = [&](std::vector<int32_t>& t, const int32_t* tab) {
+    tutti_request r{};
+    r.tokens = t.data(), r.num_tokens = t.size(), r.block_table = tab, r.num_block_ids = t.size() / bt;
+    r.token_end = TUTTI_TOKENS_ALL;
+    return r;
+  };
+  const int32_t* small_table = table.data() + 480;  // blocks of its own
+  kv.fill(big, table.data());
+  kv.fill(small, small_table, 1);
+  std::vector<tutti_request> r{request(big, table.data())};
+  ASSERT_EQ(run(rt, TUTTI_OP_STORE, r, layers), 0) << tutti_last_error();
+  r = {request(small, small_table)};
+  ASSERT_EQ(run(rt, TUTTI_OP_STORE, r, layers), 0) << tutti_last_error();
+  const std::vector<std::byte> ref = kv.ref;
+
+  for (int round = 0; round < 3; ++round) {
+    kv.zero();
+    void* snap = tutti::gpu::alloc(0, ref.size());
+    cudaStream_t s;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    tutti_batch *a = nullptr, *b = nullptr;
+    tutti_request ra = request(big, table.data()), rb = request(small, small_table);
+    ASSERT_EQ(tutti_batch_create(rt, TUTTI_OP_LOAD, &a), 0);
+    ASSERT_EQ(tutti_batch_add(a, &ra, 1), 0);
+    ASSERT_EQ(tutti_batch_submit(a), 0);
+    ASSERT_EQ(tutti_batch_create(rt, TUTTI_OP_LOAD, &b), 0);
+    ASSERT_EQ(tutti_batch_add(b, &rb, 1), 0);
+    ASSERT_EQ(tutti_batch_submit(b), 0);
+    // The engine's work for the big batch, queued after the small one was submitted.
+    for (uint32_t l = 0; l < layers; ++l) {
+      ASSERT_EQ(tutti_batch_wait_layer_async(a, l, s), 0) << tutti_last_error();
+      ASSERT_EQ(cudaMemcpyAsync(static_cast<std::byte*>(snap) + l * kv.layer_bytes, kv.mem + l * kv.layer_bytes,
+                                kv.layer_bytes, cudaMemcpyDeviceToDevice, s),
+                cudaSuccess);
+    }
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_EQ(tutti_batch_wait(a), 0) << tutti_last_error();
+    EXPECT_EQ(tutti_batch_wait(b), 0) << tutti_last_error();
+    tutti_batch_destroy(a);
+    tutti_batch_destroy(b);
+    std::vector<std::byte> got(ref.size());
+    tutti::gpu::copy_to_host(got.data(), snap, got.size());
+    for (uint32_t l = 0; l < layers; ++l)
+      for (int side = 0; side < 2; ++side)
+        for (uint32_t i = 0; i < 240; ++i) {
+          const uint64_t off = l * kv.layer_bytes + side * kv.layout.v_offset + uint64_t(i) * kv.layout.block_stride;
+          ASSERT_EQ(std::memcmp(got.data() + off, ref.data() + off, kv.layout.block_stride), 0)
+              << "round " << round << ": the big batch's layer " << l << " side " << side << " block " << i
+              << " was read before it landed";
+        }
+    cudaStreamDestroy(s);
+    tutti::gpu::free(snap);
+  }
+  tutti_runtime_close(rt);
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, GpuLegacyStream,
                          ::testing::Values(LegacyCase{"uring", "per-block-baseline"}, LegacyCase{"uring", "object"},
                                            LegacyCase{"gpu-uring", "object"}, LegacyCase{"dram", "object"}));
