@@ -286,10 +286,11 @@ TUTTI_API int tutti_batch_submit(tutti_batch* b);
 TUTTI_API int tutti_batch_wait_layer(tutti_batch* b, uint32_t layer);
 /* CUDA memory only: enqueues on `cuda_stream` (a cudaStream_t; NULL = the legacy default
  * stream) a wait for layer `layer` of the most recently submitted load batch of this runtime,
- * and returns at once. Work queued after it on the stream sees the layer's bytes in the blocks.
- * Safe inside CUDA graph capture: a captured wait applies to whichever load batch is the most
- * recent one when the wait runs on the GPU, so submit a batch before launching work that waits
- * on it. Returns TUTTI_EINVAL for a store batch or host memory. */
+ * and of every load batch submitted before it, and returns at once. Work queued after it on
+ * the stream sees those batches' bytes of the layer in the blocks. Safe inside CUDA graph
+ * capture: a captured wait applies to whichever load batch is the most recent one when the
+ * wait runs on the GPU (and the ones before it), so submit a batch before launching work that
+ * waits on it. Returns TUTTI_EINVAL for a store batch or host memory. */
 TUTTI_API int tutti_batch_wait_layer_async(tutti_batch* b, uint32_t layer, void* cuda_stream);
 /* Blocks until the batch is done (a store: committed). Returns the first request error, if any. */
 TUTTI_API int tutti_batch_wait(tutti_batch* b);
