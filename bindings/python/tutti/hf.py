@@ -31,8 +31,9 @@ _flash_gqa = True  # until the flash kernel refuses fewer KV heads than query he
 
 def _flash_bottom_right(query, key, value, scale):
     """FlashAttention with its causal mask, which is aligned to the bottom right when keys
-    outnumber queries. PyTorch's causal_lower_right bias takes a slower kernel once KV heads
-    are grouped, so the flash op is called directly."""
+    outnumber queries. Called directly, not through PyTorch's causal_lower_right bias, whose
+    dispatch may leave flash once KV heads are grouped (on the H200 the two measured the same
+    for the 8B shape: docs/ttft.md)."""
     global _flash_gqa
     flash = torch.ops.aten._scaled_dot_product_flash_attention
     if _flash_gqa:
