@@ -2,6 +2,8 @@
 weights) computes a prompt's suffix over a prefix that tutti loads layer by layer into its paged
 KV cache, and gets the logits of a full recompute. Skips without transformers or a GPU (CI has
 neither; tools/device-run runs it on the H200 machine)."""
+import os
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed here")
@@ -44,7 +46,6 @@ def test_layerwise_prefix_gives_the_logits_of_a_full_recompute(tmp_path, backend
         rt.close()
     finally:
         if backend == "dram":
-            import os
             os.remove(pool)
     torch.cuda.synchronize()
     assert len(cache.bubbles_ms()) == c.num_hidden_layers

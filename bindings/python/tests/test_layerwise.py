@@ -22,25 +22,28 @@ def new_kv():
     return PagedKv(SHAPE.layers, BLOCKS, BT, SHAPE.kv_heads, SHAPE.head_dim, torch.float32)
 
 
-def test_loaded_prefix_gives_the_logits_of_a_full_recompute(tmp_path):
-    model = ReferenceLlama(SHAPE, seed=1)
-    gen = torch.Generator().manual_seed(2)
-    tokens = torch.randint(0, SHAPE.vocab, (3 * CT + 7,), generator=gen, dtype=torch.int32)
+def stored_prompt(tmp_path, seed, chunks, extra):
+    """A model, a prompt of `chunks` whole chunks and `extra` tokens, its full prefill (whose
+    whole chunks are then stored), and a second engine's block table (other block ids)."""
+    model = ReferenceLlama(SHAPE, seed=seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    tokens = torch.randint(0, SHAPE.vocab, (chunks * CT + extra,), generator=gen, dtype=torch.int32)
     nblk = (tokens.shape[0] + BT - 1) // BT
     perm = torch.randperm(BLOCKS, generator=gen).to(torch.int32)
-
-    # A full prefill, whose whole chunks are then stored.
     kv = new_kv()
-    first = perm[:nblk]
-    full = model.prefill(tokens, kv, first)
+    full = model.prefill(tokens, kv, perm[:nblk])
     rt = runtime(tmp_path, kv)
-    assert store(rt, tokens, first) == 3 * CT
+    assert store(rt, tokens, perm[:nblk]) == chunks * CT
     rt.close()
+    return model, tokens, full, perm[nblk:2 * nblk]
+
+
+def test_loaded_prefix_gives_the_logits_of_a_full_recompute(tmp_path):
+    model, tokens, full, second = stored_prompt(tmp_path, 1, 3, 7)
 
     # A second engine (fresh blocks, other block ids) loads the prefix layer by layer and
     # computes only the rest; each layer waits for its prefix right before attention.
     kv2 = new_kv()
-    second = perm[nblk:2 * nblk]
     rt = runtime(tmp_path, kv2)
     waited = []
     with PrefixLoad(rt, tokens, second) as load:
@@ -62,19 +65,8 @@ def test_loaded_prefix_gives_the_logits_of_a_full_recompute(tmp_path):
 def test_recomputed_head_and_loaded_tail_give_the_logits_of_a_full_recompute(tmp_path):
     """The load-or-recompute split: the head of the cached prefix is computed again (a first
     pass) while its tail loads, then the rest of the prompt is computed over both."""
-    model = ReferenceLlama(SHAPE, seed=7)
-    gen = torch.Generator().manual_seed(8)
-    tokens = torch.randint(0, SHAPE.vocab, (4 * CT + 9,), generator=gen, dtype=torch.int32)
-    nblk = (tokens.shape[0] + BT - 1) // BT
-    perm = torch.randperm(BLOCKS, generator=gen).to(torch.int32)
-    kv = new_kv()
-    full = model.prefill(tokens, kv, perm[:nblk])
-    rt = runtime(tmp_path, kv)
-    assert store(rt, tokens, perm[:nblk]) == 4 * CT
-    rt.close()
-
+    model, tokens, full, second = stored_prompt(tmp_path, 7, 4, 9)
     kv2 = new_kv()
-    second = perm[nblk:2 * nblk]
     rt = runtime(tmp_path, kv2)
     head = CT
     with PrefixLoad(rt, tokens, second, begin=head) as load:

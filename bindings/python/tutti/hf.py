@@ -85,16 +85,17 @@ class PagedCache(DynamicCache):
     there (wait(layer) returns once layer's have; with a CUDA stream, work queued after it sees
     them), the new tokens' K and V are written to their blocks as each layer computes them.
 
-    With events=True, the time the GPU stalls in each layer's wait is measured (`bubbles_ms()`)."""
+    With events=True, the time the GPU stalls in each layer's wait is measured: `events` holds
+    CUDA events recorded before and after each layer's wait, `bubbles_ms()` their gaps."""
 
     def __init__(self, config, kv: PagedKv, table: torch.Tensor, prefix: int = 0,
                  wait: Optional[Callable[[int], None]] = None, events: bool = False):
         super().__init__(config=config)
         self.kv, self.table, self.prefix, self.wait = kv, table.to(kv.kv[0].device), prefix, wait
         self.seen = [prefix] * kv.layers
-        self._events: List = []
+        self.events: List = []
         if events and wait is not None:
-            self._events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            self.events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                             for _ in range(kv.layers)]
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
@@ -104,11 +105,11 @@ class PagedCache(DynamicCache):
         self.kv.write(layer_idx, self.table, begin, key_states[0].transpose(0, 1), value_states[0].transpose(0, 1))
         self.seen[layer_idx] = end = begin + key_states.shape[2]
         if self.wait is not None and begin > 0:
-            if self._events:
-                self._events[layer_idx][0].record()
+            if self.events:
+                self.events[layer_idx][0].record()
             self.wait(layer_idx)
-            if self._events:
-                self._events[layer_idx][1].record()
+            if self.events:
+                self.events[layer_idx][1].record()
         if begin == 0:  # nothing before: attend over the new tokens as they are
             return key_states, value_states
         k, v = self.kv.read(layer_idx, self.table, end)  # [end, kv_heads, head_dim]
@@ -122,7 +123,7 @@ class PagedCache(DynamicCache):
 
     def bubbles_ms(self) -> List[float]:
         """Per layer, how long the GPU waited for the layer's prefix (after a synchronize)."""
-        return [a.elapsed_time(b) for a, b in self._events]
+        return [a.elapsed_time(b) for a, b in self.events]
 
 
 @torch.no_grad()

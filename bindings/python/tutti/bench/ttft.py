@@ -82,7 +82,8 @@ class ReferenceEngine:
 
 
 class NoEvents:
-    _events: list = []
+    """What the reference engine has instead of a PagedCache's wait events: none."""
+    events = ()
 
     def bubbles_ms(self) -> list:
         return []
@@ -108,10 +109,9 @@ class Bench:
         self.other = torch.randint(0, vocab, (self.n,), generator=gen, dtype=torch.int32)  # the stored prompt
         nb = (self.n + BLOCK_TOKENS - 1) // BLOCK_TOKENS
         self.kv = PagedKv(self.layers, 2 * nb, BLOCK_TOKENS, self.kv_heads, self.head_dim, dtype, args.device)
-        self.elem = torch.tensor([], dtype=dtype).element_size()
         self.table = torch.arange(nb, dtype=torch.int32)
         self.table_other = torch.arange(nb, 2 * nb, dtype=torch.int32)
-        self.bytes_per_token_layer = 2 * self.kv_heads * self.head_dim * self.elem
+        self.bytes_per_token_layer = 2 * self.kv_heads * self.head_dim * self.kv.kv[0].element_size()
         self.done = set()
         self.rows: List[dict] = []
         if os.path.exists(args.out):
@@ -254,7 +254,7 @@ class Bench:
                 logits, cache = self.forward(self.tokens, p, self.table, wait=None if mode == "load_all" else load.wait,
                                              events=True)
                 if mode != "load_all":
-                    last = cache._events[-1][1] if cache._events else None
+                    last = cache.events[-1][1] if cache.events else None
                     got = load.finish()
             if got != p:
                 raise RuntimeError(f"{got} of {p} prefix tokens arrived")
@@ -295,11 +295,10 @@ class Bench:
                     if mode in self.a.modes and not self.done_row(p, source, mode, backend):
                         r = self.load_run(rt, p, mode)
                         self.emit(dict(prefix=p, source=source, mode=mode, backend=backend, **r))
-                    if mode == "load_all":
-                        prior = [x for x in self.rows if self.key(x)[:2] == (self.a.model, self.n) and
-                                 x["source"] == source and x["mode"] == "load_all" and x["backend"] == backend]
-                        if prior:
-                            bandwidth[backend] = max(x["load_gbps"] for x in prior) * 1e9
+            measured = [x["load_gbps"] for x in self.rows if self.key(x)[:2] == (self.a.model, self.n) and
+                        (x["source"], x["mode"], x["backend"]) == (source, "load_all", backend)]
+            if measured:  # this run's or an earlier call's
+                bandwidth[backend] = max(measured) * 1e9
             if "store" in self.a.modes:
                 p = self.a.prefix[-1]
                 if not self.done_row(p, source, "store", backend):
