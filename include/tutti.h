@@ -145,6 +145,12 @@ TUTTI_API const char* tutti_last_error(void);
  *                    CPU producers (uring, posix, passthru, nvme), also into CUDA memory.
  *   staging          bytes of aligned staging memory (default 256M). A load into CUDA memory
  *                    holds one layer of the whole batch in staging until its copy kernel ran.
+ *   device_staging   bytes of GPU memory (default 64M) that a load into CUDA memory from host
+ *                    memory (staging of uring, posix, passthru, nvme; the dram pool) lands in
+ *                    through the GPU's copy engines before the scatter kernel places it in
+ *                    the blocks: the model's kernels keep their SMs while the bytes cross
+ *                    PCIe. At least one chunk-layer; 0 = the scatter kernel reads host memory
+ *                    over PCIe itself (its warps wait on PCIe, occupying SMs).
  *   lookahead        layers kept in flight ahead of the consumer (default 4).
  *   nvme_controller  nvme: tutti_kmod's controller number (default 0).
  *   nvme_data_pointer  nvme: auto (SGLs where the controller has them) | sgl | prp.
@@ -285,12 +291,13 @@ TUTTI_API int tutti_batch_submit(tutti_batch* b);
 /* Blocks until layer `layer` is done for the whole batch. */
 TUTTI_API int tutti_batch_wait_layer(tutti_batch* b, uint32_t layer);
 /* CUDA memory only: enqueues on `cuda_stream` (a cudaStream_t; NULL = the legacy default
- * stream) a wait for layer `layer` of the most recently submitted load batch of this runtime,
- * and of every load batch submitted before it, and returns at once. Work queued after it on
- * the stream sees those batches' bytes of the layer in the blocks. Safe inside CUDA graph
- * capture: a captured wait applies to whichever load batch is the most recent one when the
- * wait runs on the GPU (and the ones before it), so submit a batch before launching work that
- * waits on it. Returns TUTTI_EINVAL for a store batch or host memory. */
+ * stream) a wait for layer `layer` of this load batch, and of every load batch submitted
+ * before it, and returns at once. Work queued after it on the stream sees those batches' bytes
+ * of the layer in the blocks; a batch submitted later is not waited for (an engine may submit
+ * the next step's load while this step's work is queued). Safe inside CUDA graph capture: a
+ * captured wait applies to whichever load batch is the most recent one when the wait runs on
+ * the GPU (and the ones before it), so submit a batch before launching a graph that waits on
+ * it. Returns TUTTI_EINVAL for a store batch or host memory. */
 TUTTI_API int tutti_batch_wait_layer_async(tutti_batch* b, uint32_t layer, void* cuda_stream);
 /* Blocks until the batch is done (a store: committed). Returns the first request error, if any. */
 TUTTI_API int tutti_batch_wait(tutti_batch* b);

@@ -129,14 +129,15 @@ __global__ void layer_terms(CopyLayout l, const char* k, const char* v, const Ch
 
 // Grid: y = chunk, x * warps = runs of both sides. Each warp moves one run at a time, its lanes
 // striding 16 bytes (or 1 byte where the layout is not 16-byte aligned). A chunk whose
-// `status` is not 0 (its read failed) is left alone.
+// `status` is not 0 (its read failed) is left alone. The chunk's object bytes are at its
+// `staging` address, or, with `stage` (device staging), at stage + chunk * extent.
 template <bool kToBlocks, bool kVec>
 __global__ void copy_layer(CopyLayout l, char* k, char* v, const ChunkCopy* chunks, const int32_t* ids,
-                           const int32_t* status) {
+                           const int32_t* status, char* stage_base) {
   if (status && status[blockIdx.y]) return;
   const ChunkCopy c = chunks[blockIdx.y];
   const int32_t* blocks = ids + c.first_block;
-  char* stage = reinterpret_cast<char*>(c.staging);
+  char* stage = stage_base ? stage_base + blockIdx.y * 2 * l.v_offset : reinterpret_cast<char*>(c.staging);
   const uint64_t runs = l.kv_bytes / l.run_bytes;
   const unsigned lane = threadIdx.x & 31;
   const unsigned warps = gridDim.x * (blockDim.x >> 5);
@@ -156,11 +157,11 @@ __global__ void copy_layer(CopyLayout l, char* k, char* v, const ChunkCopy* chun
   }
 }
 
-// One warp waits until the current load batch's layer has landed (system-scope reads of pinned
-// host memory written by the CPU).
-__global__ void wait_layer(const volatile uint64_t* control, uint32_t layer) {
+// One warp waits until every load batch up to `epoch` has landed the layer (0: up to the newest
+// batch when the wait runs) (system-scope reads of pinned host memory written by the CPU).
+__global__ void wait_layer(const volatile uint64_t* control, uint32_t layer, uint64_t epoch) {
   if (threadIdx.x != 0) return;
-  const uint64_t epoch = control[0];
+  if (!epoch) epoch = control[0];
   while (control[1 + layer] < epoch) __nanosleep(2000);
   __threadfence_system();
 }
@@ -184,17 +185,47 @@ void launch_terms(cudaStream_t s, const CopyLayout& l, const char* k, const char
 // Copies a layer; loads with `terms` then checksum what landed, on the same stream.
 template <bool kToBlocks>
 void launch(cudaStream_t s, const CopyLayout& l, char* k, char* v, const ChunkCopy* chunks, size_t n,
-            const int32_t* ids, const int32_t* status = nullptr, uint64_t* terms = nullptr) {
+            const int32_t* ids, const int32_t* status = nullptr, uint64_t* terms = nullptr, char* stage = nullptr) {
   const unsigned threads = 256, warps = threads / 32;
   const uint64_t runs = 2 * (l.kv_bytes / l.run_bytes);
   const unsigned x = static_cast<unsigned>(std::min<uint64_t>((runs + warps - 1) / warps, 64));
   const dim3 grid(x, static_cast<unsigned>(n));
   if (vec_ok(l, k, v))
-    copy_layer<kToBlocks, true><<<grid, threads, 0, s>>>(l, k, v, chunks, ids, status);
+    copy_layer<kToBlocks, true><<<grid, threads, 0, s>>>(l, k, v, chunks, ids, status, stage);
   else
-    copy_layer<kToBlocks, false><<<grid, threads, 0, s>>>(l, k, v, chunks, ids, status);
+    copy_layer<kToBlocks, false><<<grid, threads, 0, s>>>(l, k, v, chunks, ids, status, stage);
   check(cudaGetLastError(), "copy kernel launch");
   if (kToBlocks && terms) launch_terms(s, l, k, v, chunks, n, ids, status, terms);
+}
+
+// DMA between `m` chunks' object bytes in mapped host memory and device staging, where chunk j
+// lies at stage + j * extent; chunks adjacent in host memory move in one copy. A chunk whose
+// status (host-visible) is not 0 is skipped.
+void copy_stage(cudaStream_t s, char* stage, const ChunkCopy* chunks, const int32_t* status, size_t m,
+                uint64_t extent, bool to_device) {
+  size_t first = 0, run = 0;  // a run of chunks contiguous in host memory
+  auto flush = [&] {
+    if (!run) return;
+    char* dev = stage + first * extent;
+    auto* host = reinterpret_cast<char*>(chunks[first].staging);
+    check(to_device ? cudaMemcpyAsync(dev, host, run * extent, cudaMemcpyHostToDevice, s)
+                    : cudaMemcpyAsync(host, dev, run * extent, cudaMemcpyDeviceToHost, s),
+          "cudaMemcpyAsync (device staging)");
+    run = 0;
+  };
+  for (size_t j = 0; j < m; ++j) {
+    if (status && status[j]) {
+      flush();
+      continue;
+    }
+    if (run && chunks[j].staging == chunks[first].staging + run * extent) {
+      ++run;
+      continue;
+    }
+    flush();
+    first = j, run = 1;
+  }
+  flush();
 }
 
 // The calling thread's own stream for the synchronous work of tutti's threads. Not
@@ -264,9 +295,12 @@ Device::Device(int ordinal) : ordinal_(ordinal) {
 
 Device::~Device() {
   cudaSetDevice(ordinal_);
+  cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  cudaStreamSynchronize(static_cast<cudaStream_t>(gather_stream_));
+  cudaFree(load_stage_.base);
+  cudaFree(store_stage_.base);
   if (control_) cudaFreeHost(control_);
   for (Pinned& b : pinned_) cudaFreeHost(b.host);
-  cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
   cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
   cudaStreamDestroy(static_cast<cudaStream_t>(gather_stream_));
   cudaEventDestroy(static_cast<cudaEvent_t>(gathered_));
@@ -297,9 +331,18 @@ void Device::begin_epoch(uint64_t epoch) { store_max(&control_[0], epoch); }
 
 void Device::mark_ready(uint32_t layer, uint64_t epoch) { store_max(&control_[1 + layer], epochs_->landed(layer, epoch)); }
 
-void Device::enqueue_wait(void* stream, uint32_t layer) {
+void Device::enqueue_wait(void* stream, uint32_t layer, uint64_t epoch) {
   Guard g(ordinal_);
-  wait_layer<<<1, 32, 0, static_cast<cudaStream_t>(stream)>>>(control_dev_, layer);
+  auto s = static_cast<cudaStream_t>(stream);
+  // A captured graph replays for later batches: its waits read the newest epoch when they run.
+  // (Asked of the legacy stream while another stream captures, CUDA answers with an error:
+  // that counts as capturing.)
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &capture) != cudaSuccess) {
+    cudaGetLastError();
+    capture = cudaStreamCaptureStatusActive;
+  }
+  wait_layer<<<1, 32, 0, s>>>(control_dev_, layer, capture == cudaStreamCaptureStatusNone ? epoch : 0);
   check(cudaGetLastError(), "wait kernel launch");
 }
 
@@ -354,14 +397,50 @@ void Device::host_free(void* p) {
     if (b.host == p) b.free = true;
 }
 
+void Device::set_staging(uint64_t bytes, uint64_t extent) {
+  if (!bytes) return;
+  TUTTI_EXPECT(bytes >= 2 * extent, "option device_staging: " + std::to_string(bytes) +
+                                        " bytes hold less than one chunk-layer (" + std::to_string(extent) +
+                                        " bytes) for loads and one for stores; 0 turns device staging off");
+  Guard g(ordinal_);
+  // The copies read the chunk list and the chunks' staging addresses on the host: mapped host
+  // memory must sit at its host address on the device (UVA; true on x86-64 Linux). If not,
+  // the copy kernels read host memory themselves, as with device_staging=0.
+  int uva = 0, same = 0;
+  check(cudaDeviceGetAttribute(&uva, cudaDevAttrUnifiedAddressing, ordinal_), "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&same, cudaDevAttrCanUseHostPointerForRegisteredMem, ordinal_), "cudaDeviceGetAttribute");
+  if (!uva || !same) return;
+  for (Stage* st : {&load_stage_, &store_stage_}) {
+    void* p = nullptr;
+    check(cudaMalloc(&p, bytes / 2), "cudaMalloc (device_staging)");
+    st->base = static_cast<char*>(p);
+    st->chunks = bytes / 2 / extent;
+  }
+}
+
 void Device::scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
                      void (*done)(void*), void* arg, uint64_t status, uint64_t terms) {
   Guard g(ordinal_);
   auto s = static_cast<cudaStream_t>(stream_);
-  if (n)
-    launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), reinterpret_cast<const ChunkCopy*>(chunks), n,
-                 reinterpret_cast<const int32_t*>(ids), reinterpret_cast<const int32_t*>(status),
-                 reinterpret_cast<uint64_t*>(terms));
+  auto* list = reinterpret_cast<const ChunkCopy*>(chunks);
+  auto* st = reinterpret_cast<const int32_t*>(status);
+  auto* sums = reinterpret_cast<uint64_t*>(terms);
+  if (n && load_stage_.base) {
+    // Through the copy engines into device staging, then an HBM-to-HBM scatter: the scatter
+    // kernel's warps no longer sit on PCIe reads while the engine's kernels want the SMs.
+    // Calls from several I/O threads share the staging: one at a time.
+    std::lock_guard lock(load_stage_.mu);
+    for (size_t i = 0; i < n; i += load_stage_.chunks) {
+      const size_t m = std::min(n - i, load_stage_.chunks);
+      copy_stage(s, load_stage_.base, list + i, st ? st + i : nullptr, m, 2 * l.v_offset, true);
+      launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), list + i, m,
+                   reinterpret_cast<const int32_t*>(ids), st ? st + i : nullptr, sums ? sums + i : nullptr,
+                   load_stage_.base);
+    }
+  } else if (n) {
+    launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), list, n, reinterpret_cast<const int32_t*>(ids),
+                 st, sums);
+  }
   check(cudaLaunchHostFunc(s, done, arg), "cudaLaunchHostFunc");
 }
 
@@ -404,8 +483,20 @@ void Device::gather(const CopyLayout& l, const void* k, const void* v, uint64_t 
   if (!n) return;
   Guard g(ordinal_);
   auto s = static_cast<cudaStream_t>(gather_stream_);
-  launch<false>(s, l, const_cast<char*>(static_cast<const char*>(k)), const_cast<char*>(static_cast<const char*>(v)),
-                reinterpret_cast<const ChunkCopy*>(chunks), n, reinterpret_cast<const int32_t*>(ids));
+  auto* kk = const_cast<char*>(static_cast<const char*>(k));
+  auto* vv = const_cast<char*>(static_cast<const char*>(v));
+  auto* list = reinterpret_cast<const ChunkCopy*>(chunks);
+  if (store_stage_.base) {  // blocks -> device staging at HBM speed, then DMA out
+    std::lock_guard lock(store_stage_.mu);
+    for (size_t i = 0; i < n; i += store_stage_.chunks) {
+      const size_t m = std::min(n - i, store_stage_.chunks);
+      launch<false>(s, l, kk, vv, list + i, m, reinterpret_cast<const int32_t*>(ids), nullptr, nullptr,
+                    store_stage_.base);
+      copy_stage(s, store_stage_.base, list + i, nullptr, m, 2 * l.v_offset, false);
+    }
+  } else {
+    launch<false>(s, l, kk, vv, list, n, reinterpret_cast<const int32_t*>(ids));
+  }
   auto e = static_cast<cudaEvent_t>(gathered_);
   check(cudaEventRecord(e, s), "cudaEventRecord");
   check(cudaEventSynchronize(e), "gather");

@@ -44,12 +44,18 @@ class Device {
   // Stream-ordered layer waits. A control block in pinned, mapped host memory holds the epoch
   // of the newest load batch and, per layer, the epoch up to which every batch has landed it
   // (LayerEpochs); a one-warp kernel on the engine's stream spins until ready[layer] reaches
-  // the newest epoch. The kernel's arguments never change, so a captured CUDA graph keeps
-  // working across batches, and a wait for an older batch still in flight is never early.
+  // the waiting batch's epoch, so a pipelined engine's wait never waits for a newer batch.
+  // Inside graph capture the kernel reads the newest epoch instead, so a captured graph keeps
+  // working across batches; either way a wait is never early.
   void set_layers(uint32_t layers);
+  // `bytes` of device memory, half for loads and half for stores, that scatters and gathers
+  // move host memory through with the copy engines (0: the kernels read host memory in place).
+  // `extent` is one chunk-layer's bytes. Throws EINVAL when a half holds none.
+  void set_staging(uint64_t bytes, uint64_t extent);
   void begin_epoch(uint64_t epoch);              // a load batch is submitted
   void mark_ready(uint32_t layer, uint64_t epoch);  // plain stores: callable in host callbacks
-  void enqueue_wait(void* stream, uint32_t layer);
+  // Waits for the batches up to `epoch`; inside graph capture, up to the newest when it runs.
+  void enqueue_wait(void* stream, uint32_t layer, uint64_t epoch);
 
   // Pinned host memory the kernels read in place (a batch's descriptors and block ids): no
   // copies, no stream-ordered allocations, nothing that could meet an engine's graph capture.
@@ -58,7 +64,8 @@ class Device {
   void* host_alloc(size_t bytes, uint64_t* device_address);
   void host_free(void* p);
 
-  // Staging -> blocks for `n` chunks of one layer, then done(arg) on a CUDA thread. One launch.
+  // Staging -> blocks for `n` chunks of one layer, then done(arg) on a CUDA thread. One launch
+  // (with device staging, one DMA and one launch per group of chunks that fits it).
   // `chunks` and `ids` are device-visible addresses (host_alloc).
   // A chunk whose int32 in `status` (device-visible, optional) is not 0 is left alone.
   // With `terms` (device-visible uint64_t[n], optional) a second kernel then checksums each
@@ -84,6 +91,12 @@ class Device {
   void* stream_ = nullptr;         // scatters (from I/O threads)
   void* gather_stream_ = nullptr;  // gathers (from the scheduler thread)
   void* gathered_ = nullptr;       // event the scheduler thread sleeps on (no spinning)
+  struct Stage {
+    char* base = nullptr;  // device memory; null: no device staging
+    size_t chunks = 0;     // chunk-layers it holds
+    std::mutex mu;         // callers enqueue their groups one at a time (one stream orders them)
+  };
+  Stage load_stage_, store_stage_;
   struct Pinned {
     void* host;
     uint64_t device;

@@ -17,9 +17,10 @@ bool Device::owns(const void*) const { return false; }
 uint64_t Device::pin(void*, size_t) { no_cuda(); }
 void Device::unpin(void*) {}
 void Device::set_layers(uint32_t) { no_cuda(); }
+void Device::set_staging(uint64_t, uint64_t) { no_cuda(); }
 void Device::begin_epoch(uint64_t) {}
 void Device::mark_ready(uint32_t, uint64_t) {}
-void Device::enqueue_wait(void*, uint32_t) { no_cuda(); }
+void Device::enqueue_wait(void*, uint32_t, uint64_t) { no_cuda(); }
 void* Device::host_alloc(size_t, uint64_t*) { no_cuda(); }
 void Device::host_free(void*) {}
 void Device::scatter(const CopyLayout&, void*, void*, uint64_t, size_t, uint64_t, void (*)(void*), void*, uint64_t,

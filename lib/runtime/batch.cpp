@@ -321,7 +321,7 @@ void Batch::wait_layer_async(uint32_t layer, void* stream) {
                                     std::to_string(layers_) + " layers)");
   TUTTI_EXPECT(is_load() && rt_->device(), "stream-ordered waits are for loads into CUDA memory");
   TUTTI_EXPECT_CODE(state_ != State::kBuilding, TUTTI_ESTATE, "wait_layer_async before submit");
-  rt_->device()->enqueue_wait(stream, layer);
+  rt_->device()->enqueue_wait(stream, layer, epoch_);
 }
 
 void Batch::settle() {

@@ -18,6 +18,7 @@ const std::vector<OptionInfo>& option_table() {
       {"direct_to_blocks", "auto", "auto | on | off: vectored I/O straight between pool and KV blocks"},
       {"verify", "on", "on | unsafe-off: check every chunk-layer loaded against its checksum (off hands back corrupted bytes as success)"},
       {"staging", "256M", "bytes of aligned staging memory"},
+      {"device_staging", "64M", "bytes of GPU memory a load into CUDA memory lands in by DMA before its scatter kernel (0: the kernel reads host memory over PCIe)"},
       {"dram_tier", "0", "bytes of host memory above the pool for recently moved chunk-layers (0: none)"},
       {"lookahead", "4", "layers in flight ahead of the consumer"},
       {"rings", "4", "io_uring rings (one thread each; gpu-uring: one SQPOLL thread each, at most 8)"},
@@ -99,6 +100,8 @@ void apply(Config& c, const std::string& key, const std::string& v) {
     c.dram_tier = size_of(key, v, 0, 1ull << 46);
   } else if (key == "staging") {
     c.staging = size_of(key, v, 4096, 1ull << 40);
+  } else if (key == "device_staging") {
+    c.device_staging = size_of(key, v, 0, 1ull << 40);
   } else if (key == "lookahead") {
     c.lookahead = count_of(key, v, 1, 1024);
   } else if (key == "rings") {

@@ -25,6 +25,7 @@ struct Config {
   DirectMode direct = DirectMode::kAuto;
   bool verify = true;  // option verify: on, or unsafe-off
   uint64_t staging = 0;
+  uint64_t device_staging = 0;
   uint64_t dram_tier = 0;
   uint32_t lookahead = 0;
   uint32_t rings = 0;

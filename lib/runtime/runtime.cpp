@@ -82,6 +82,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   if (binding->on_device()) {
     device = std::make_unique<gpu::Device>(binding->device());
     device->set_layers(shape.layers);
+    device->set_staging(cfg_.device_staging, shape.layer_bytes());
     for (uint32_t l = 0; l < shape.layers; ++l)
       TUTTI_EXPECT(device->owns(binding->k(l)) && device->owns(binding->v(l)),
                    "layer " + std::to_string(l) + ": K/V are not memory of CUDA device " +

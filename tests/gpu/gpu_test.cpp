@@ -106,7 +106,8 @@ struct DeviceKv {
 };
 
 tutti_runtime* open_runtime(const std::string& pool, const char* backend, const tutti_kv_layout& l, bool verify = true,
-                            const char* io_mode = "object", int* rc_out = nullptr) {
+                            const char* io_mode = "object", int* rc_out = nullptr,
+                            const char* device_staging = nullptr) {
   tutti_options* o = nullptr;
   tutti_options_create(&o);
   tutti_options_set(o, "pool", pool.c_str());
@@ -115,6 +116,7 @@ tutti_runtime* open_runtime(const std::string& pool, const char* backend, const 
   tutti_options_set(o, "backend", backend);
   tutti_options_set(o, "io_mode", io_mode);
   tutti_options_set(o, "verify", verify ? "on" : "unsafe-off");
+  if (device_staging) tutti_options_set(o, "device_staging", device_staging);
   tutti_runtime* rt = nullptr;
   int rc = tutti_runtime_open(o, &rt);
   tutti_options_destroy(o);
@@ -154,6 +156,9 @@ struct Case {
   bool verify;
   bool shm = false;  // pool on tmpfs
   const char* io_mode = "object";
+  // Option device_staging (null: the default). The chunk-layers here are 256 KiB: "0" makes the
+  // copy kernels read host memory in place, "512K" moves one chunk per DMA and scatter, "1M" two.
+  const char* device_staging = nullptr;
 };
 
 class GpuRoundTrip : public ::testing::TestWithParam<Case> {};
@@ -164,7 +169,8 @@ TEST_P(GpuRoundTrip, StoreFromHbmLoadIntoHbm) {
   const uint32_t layers = 4, blocks = 96, bt = 16;
   DeviceKv kv(layers, blocks, bt, 8, 128, c.hnd);
   int rc = 0;
-  tutti_runtime* rt = open_runtime(dir.path + "/pool", c.backend, kv.layout, c.verify, c.io_mode, &rc);
+  tutti_runtime* rt = open_runtime(dir.path + "/pool", c.backend, kv.layout, c.verify, c.io_mode, &rc,
+                                   c.device_staging);
   if (rc == TUTTI_EUNSUPPORTED && std::string(c.backend) == "cufile") GTEST_SKIP() << tutti_last_error();
   ASSERT_NE(rt, nullptr) << tutti_strerror(rc) << ": " << tutti_last_error();
 
@@ -214,7 +220,12 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GpuRoundTrip,
                                            Case{"dram", 0, true, true}, Case{"dram", 1, false, true},
                                            Case{"cufile", 0, true}, Case{"cufile", 1, true, true},
                                            Case{"uring", 0, true, false, "per-block-baseline"},
-                                           Case{"posix", 0, true, true, "per-block-baseline"}));
+                                           Case{"posix", 0, true, true, "per-block-baseline"},
+                                           Case{"uring", 0, true, false, "object", "0"},
+                                           Case{"posix", 1, true, false, "object", "512K"},
+                                           Case{"uring", 0, true, false, "object", "1536K"},
+                                           Case{"dram", 0, true, true, "object", "0"},
+                                           Case{"dram", 1, true, true, "object", "1536K"}));
 
 // A byte flipped in a stored extent on disk: with the default checks, whichever path loads it
 // (the CPU producers, gpu-uring, dram, cufile, the per-block baseline), that chunk fails with
@@ -229,7 +240,7 @@ TEST_P(GpuCorrupt, FlippedByteIsCaught) {
   DeviceKv kv(layers, blocks, bt, 8, 128, c.hnd);
   const std::string pool = dir.path + "/pool";
   int rc = 0;
-  tutti_runtime* rt = open_runtime(pool, c.backend, kv.layout, true, c.io_mode, &rc);
+  tutti_runtime* rt = open_runtime(pool, c.backend, kv.layout, true, c.io_mode, &rc, c.device_staging);
   if (rc == TUTTI_EUNSUPPORTED && std::string(c.backend) == "cufile") GTEST_SKIP() << tutti_last_error();
   ASSERT_NE(rt, nullptr) << tutti_strerror(rc) << ": " << tutti_last_error();
   std::vector<int32_t> table(blocks), tokens(n);
@@ -256,7 +267,7 @@ TEST_P(GpuCorrupt, FlippedByteIsCaught) {
   std::fputc(byte ^ 0x10, f);
   std::fclose(f);
 
-  rt = open_runtime(pool, c.backend, kv.layout, true, c.io_mode);
+  rt = open_runtime(pool, c.backend, kv.layout, true, c.io_mode, nullptr, c.device_staging);
   ASSERT_NE(rt, nullptr);
   kv.zero();
   tutti_batch* b = nullptr;
@@ -281,7 +292,23 @@ INSTANTIATE_TEST_SUITE_P(Paths, GpuCorrupt,
                          ::testing::Values(Case{"uring", 0, true}, Case{"posix", 1, true}, Case{"gpu-uring", 0, true},
                                            Case{"gpu-uring", 1, true, true}, Case{"dram", 0, true, true},
                                            Case{"dram", 1, true, true}, Case{"cufile", 0, true},
-                                           Case{"uring", 0, true, false, "per-block-baseline"}));
+                                           Case{"uring", 0, true, false, "per-block-baseline"},
+                                           Case{"posix", 0, true, false, "object", "0"},
+                                           Case{"posix", 0, true, false, "object", "1M"},
+                                           Case{"dram", 0, true, true, "object", "1M"}));
+
+// Device staging must hold one chunk-layer each way: less is refused when the KV cache is
+// registered, with the option's name in the error.
+TEST(Gpu, DeviceStagingBelowOneChunkLayerIsRefused) {
+  if (!tutti::gpu::unavailable_reason().empty()) GTEST_SKIP() << tutti::gpu::unavailable_reason();
+  Dir dir(false);
+  DeviceKv kv(2, 8, 16, 8, 128, 0);
+  int rc = 0;
+  tutti_runtime* rt = open_runtime(dir.path + "/pool", "uring", kv.layout, true, "object", &rc, "256K");
+  EXPECT_EQ(rt, nullptr);
+  EXPECT_EQ(rc, TUTTI_EINVAL);
+  EXPECT_NE(std::string(tutti_last_error()).find("device_staging"), std::string::npos) << tutti_last_error();
+}
 
 // The GPU's warp-parallel page hash equals the CPU's (libxxhash) on random and edge pages.
 TEST(Gpu, WarpPageHashEqualsCpu) {
@@ -430,7 +457,7 @@ TEST_P(GpuLegacyStream, WaitsThereDoNotBlockTheLoad) {
 }
 
 // Two load batches in flight: a large one, then a small one that lands first. A stream-ordered
-// wait runs against the newest batch, so it must also cover the older batch's layer, or the
+// wait for the older batch must not pass on the newer batch's layer having landed, or the
 // engine's work for the older batch would read blocks still being loaded.
 TEST(GpuEpochs, AWaitNeverPassesBeforeAnOlderBatchsLayer) {
   Dir dir;

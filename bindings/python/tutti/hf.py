@@ -11,9 +11,10 @@ that attends over a cached prefix with a fused kernel.
     store(rt, tokens, table, begin=load.tokens)           # the blocks now hold every token's KV
 
 Transformers' stock attention builds a full mask once a prefix is cached (and its sdpa path
-assumes the keys start where the queries do); `attention` here runs the flash kernel with its
-bottom-right causal mask instead.
+assumes the keys start where the queries do); `attention` here runs fused kernels instead
+(tutti.prefix_attention; `METHOD` picks how, `python -m tutti.bench.attention` compares them).
 """
+import os
 from typing import Callable, List, Optional
 
 import torch
@@ -21,35 +22,24 @@ from torch.nn.attention.bias import causal_lower_right
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 from transformers import AttentionInterface, DynamicCache, LlamaConfig, LlamaForCausalLM
 
+from . import prefix_attention
 from .layerwise import PagedKv
 from .model_shapes import MODEL_SHAPES
 
 ATTENTION = "tutti"
-
-_flash_gqa = True  # until the flash kernel refuses fewer KV heads than query heads
-
-
-def _flash_bottom_right(query, key, value, scale):
-    """FlashAttention with its causal mask, which is aligned to the bottom right when keys
-    outnumber queries. Called directly, not through PyTorch's causal_lower_right bias, whose
-    dispatch may leave flash once KV heads are grouped (on the H200 the two measured the same
-    for the 8B shape: docs/ttft.md)."""
-    global _flash_gqa
-    flash = torch.ops.aten._scaled_dot_product_flash_attention
-    if _flash_gqa:
-        try:
-            return flash(query, key, value, 0.0, True, False, scale=scale)[0]
-        except RuntimeError:
-            _flash_gqa = False
-    groups = query.shape[1] // key.shape[1]
-    return flash(query, key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1),
-                 0.0, True, False, scale=scale)[0]
+# Over a cached prefix: the new tokens' causal square on cuDNN (the kernel a full recompute
+# gets on Hopper) merged with their rectangle over the prefix. FlashAttention-2's bottom-right
+# causal call ran at 345 TFLOP/s on the H200 against cuDNN's 520-590, which made a suffix over
+# a short prefix slower than recomputing the whole prompt (docs/ttft.md).
+METHOD = os.environ.get("TUTTI_PREFIX_ATTENTION", "split-cudnn")
+_fallback = False  # set once cuDNN refuses: FlashAttention from then on
 
 
 def attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: Optional[float] = None,
               **kwargs):
     """query [b, heads, q, d] over key/value [b, kv_heads, k, d] with k >= q: query i sees keys
     up to k - q + i (causal, aligned to the bottom right). Returns [b, q, heads, d]."""
+    global _fallback
     q_len, k_len = query.shape[2], key.shape[2]
     if attention_mask is not None:
         raise ValueError("tutti's attention takes no mask: the prompt is one causal sequence")
@@ -57,7 +47,14 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
     if q_len == k_len:
         out = sdpa(query, key, value, is_causal=True, scale=scaling, enable_gqa=gqa)
     elif query.is_cuda and query.dtype in (torch.float16, torch.bfloat16):
-        out = _flash_bottom_right(query, key, value, scaling)
+        method = "flash" if _fallback and METHOD.endswith("cudnn") else METHOD
+        try:
+            out = prefix_attention.bottom_right(query, key, value, scaling, method=method)
+        except RuntimeError:
+            if method == "flash":
+                raise
+            _fallback = True
+            out = prefix_attention.bottom_right(query, key, value, scaling, method="flash")
     else:
         out = sdpa(query, key, value, attn_mask=causal_lower_right(q_len, k_len), scale=scaling, enable_gqa=gqa)
     return out.transpose(1, 2).contiguous(), None
