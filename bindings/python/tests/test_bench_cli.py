@@ -67,3 +67,32 @@ def test_every_row_of_a_tiny_sweep_on_the_cpu(tmp_path):
     r = ttft(*args)
     assert r.returncode == 0, r.stderr
     assert len(out.read_text().splitlines()) == len(rows)
+
+
+def docqa(*args):
+    return subprocess.run([sys.executable, "-m", "tutti.bench.docqa", *args], capture_output=True, text=True)
+
+
+def test_docqa_refuses_bad_arguments():
+    assert docqa("--help").returncode == 0
+    r = docqa("--docs", "3x100", "--source", "disk=/tmp/x")
+    assert r.returncode == 2 and "COUNTxTOKENS" in r.stderr
+    r = docqa("--docs", "3x1024")
+    assert r.returncode == 2 and "--source" in r.stderr
+
+
+def test_docqa_on_the_cpu(tmp_path):
+    """The long-document workload with the in-repo model on the CPU: every document is stored in
+    the warm-up round, and every query that loads it gives the recompute's first token."""
+    pytest.importorskip("torch", reason="torch is not installed here")
+    pytest.importorskip("numpy", reason="numpy is not installed here")
+    import json
+    out = tmp_path / "docqa.jsonl"
+    r = docqa("--engine", "reference", "--device", "cpu", "--model", "tiny", "--docs", "3x600,2x300",
+              "--question", "20", "--source", f"disk={tmp_path / 'pool'}@posix", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    rows = {x["mode"]: x for x in map(json.loads, out.read_text().splitlines())}
+    assert rows["tutti"]["logits_match"] == "5/5"
+    assert rows["tutti"]["loaded_tokens"] == 3 * 512 + 2 * 256  # every document's whole chunks
+    assert len(rows["recompute"]["ttft_s"]) == len(rows["tutti"]["ttft_s"]) == 5
+    assert not (tmp_path / "pool").exists()

@@ -46,3 +46,17 @@ def test_an_unknown_method_is_refused():
     q = torch.zeros(1, 1, 1, 4)
     with pytest.raises(ValueError, match="one of"):
         pa.bottom_right(q, q.expand(1, 1, 2, 4), q.expand(1, 1, 2, 4), method="nope")
+
+
+@pytest.mark.parametrize("method", pa.METHODS)
+def test_every_method_on_the_gpu_matches_float32(method):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device for torch: the fused kernels run on the GPU machine")
+    g = torch.Generator(device="cuda").manual_seed(5)
+    q = torch.randn(1, 32, 1000, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(1, 8, 1536, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(1, 8, 1536, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    rows = torch.arange(0, 1000, 37, device="cuda")
+    got = pa.bottom_right(q, k, v, method=method)[:, :, rows].float()
+    want = pa.reference_rows(q, k, v, rows)
+    assert (got - want).abs().max().item() < 2e-2

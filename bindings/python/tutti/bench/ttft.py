@@ -126,10 +126,12 @@ class Bench:
 
     @staticmethod
     def key(r: dict):
-        return (r["model"], r["tokens"], r["prefix"], r["source"], r["mode"], r.get("backend", "-"))
+        return (r["model"], r["tokens"], r["prefix"], r["source"], r["mode"], r.get("backend", "-"), r.get("variant", ""))
 
     def emit(self, row: dict) -> None:
         row = dict(model=self.a.model, tokens=self.n, **row)
+        if self.a.variant:
+            row["variant"] = self.a.variant
         row["gpu"] = torch.cuda.get_device_name() if self.cuda else "none (cpu)"
         row["engine"] = self.a.engine
         with open(self.a.out, "a") as f:
@@ -168,7 +170,7 @@ class Bench:
             t1, c1 = time.perf_counter(), time.process_time()
             samples.append(t1 - start["t"])
             results.append((logits, extra, c1 - start["cpu"]))
-        i = sorted(range(len(samples)), key=samples.__getitem__)[len(samples) // 2]
+        i = sorted(range(len(samples)), key=samples.__getitem__)[(len(samples) - 1) // 2]  # the lower median
         logits, extra, cpu = results[i]
         return logits, extra, samples[i], cpu, samples
 
@@ -208,7 +210,7 @@ class Bench:
                                kv_bytes_per_token_layer=self.bytes_per_token_layer).fit(samples_fit)
 
     def done_row(self, prefix, source, mode, backend="-") -> bool:
-        return (self.a.model, self.n, prefix, source, mode, backend) in self.done
+        return (self.a.model, self.n, prefix, source, mode, backend, self.a.variant) in self.done
 
     # ---- loads -------------------------------------------------------------------------------
 
@@ -296,7 +298,8 @@ class Bench:
                         r = self.load_run(rt, p, mode)
                         self.emit(dict(prefix=p, source=source, mode=mode, backend=backend, **r))
             measured = [x["load_gbps"] for x in self.rows if self.key(x)[:2] == (self.a.model, self.n) and
-                        (x["source"], x["mode"], x["backend"]) == (source, "load_all", backend)]
+                        (x["source"], x["mode"], x["backend"], x.get("variant", "")) ==
+                        (source, "load_all", backend, self.a.variant)]
             if measured:  # this run's or an earlier call's
                 bandwidth[backend] = max(measured) * 1e9
             if "store" in self.a.modes:
@@ -351,6 +354,8 @@ def main(argv=None) -> int:
                     help="hf: transformers' LlamaForCausalLM; reference: tutti.reference_llama (no transformers)")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                     help="cpu only with --engine reference: checks the harness, its times mean nothing")
+    ap.add_argument("--variant", default="", help="a label for this configuration (e.g. TUTTI_DEVICE_STAGING=0), "
+                                                  "part of each row's key: the same rows run again under it")
     ap.add_argument("--out", default="ttft.jsonl", help="JSON lines, appended; rows already there are skipped")
     a = ap.parse_args(argv)
     n = a.tokens
