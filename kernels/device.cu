@@ -419,13 +419,13 @@ void Device::set_staging(uint64_t bytes, uint64_t extent) {
 }
 
 void Device::scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
-                     void (*done)(void*), void* arg, uint64_t status, uint64_t terms) {
+                     void (*done)(void*), void* arg, uint64_t status, uint64_t terms, bool from_host) {
   Guard g(ordinal_);
   auto s = static_cast<cudaStream_t>(stream_);
   auto* list = reinterpret_cast<const ChunkCopy*>(chunks);
   auto* st = reinterpret_cast<const int32_t*>(status);
   auto* sums = reinterpret_cast<uint64_t*>(terms);
-  if (n && load_stage_.base) {
+  if (n && from_host && load_stage_.base) {
     // Through the copy engines into device staging, then an HBM-to-HBM scatter: the scatter
     // kernel's warps no longer sit on PCIe reads while the engine's kernels want the SMs.
     // Calls from several I/O threads share the staging: one at a time.

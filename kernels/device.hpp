@@ -65,13 +65,14 @@ class Device {
   void host_free(void* p);
 
   // Staging -> blocks for `n` chunks of one layer, then done(arg) on a CUDA thread. One launch
-  // (with device staging, one DMA and one launch per group of chunks that fits it).
-  // `chunks` and `ids` are device-visible addresses (host_alloc).
+  // (from host memory with device staging: one DMA and one launch per group that fits it).
+  // `chunks` and `ids` are device-visible addresses (host_alloc); `from_host`: the chunks'
+  // staging addresses are mapped host memory (not HBM staging, as cuFile's).
   // A chunk whose int32 in `status` (device-visible, optional) is not 0 is left alone.
   // With `terms` (device-visible uint64_t[n], optional) a second kernel then checksums each
   // chunk-layer where it landed: terms[i] is the sum of its page terms (kernels/layer_sum.hpp).
   void scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
-               void (*done)(void*), void* arg, uint64_t status = 0, uint64_t terms = 0);
+               void (*done)(void*), void* arg, uint64_t status, uint64_t terms, bool from_host);
   // The same on a caller's stream, skipping chunks whose int32 `status` (device-visible) is not 0.
   void scatter_on(void* stream, const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
                   uint64_t status, uint64_t terms = 0);

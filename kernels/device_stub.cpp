@@ -24,7 +24,7 @@ void Device::enqueue_wait(void*, uint32_t, uint64_t) { no_cuda(); }
 void* Device::host_alloc(size_t, uint64_t*) { no_cuda(); }
 void Device::host_free(void*) {}
 void Device::scatter(const CopyLayout&, void*, void*, uint64_t, size_t, uint64_t, void (*)(void*), void*, uint64_t,
-                     uint64_t) {
+                     uint64_t, bool) {
   no_cuda();
 }
 void Device::scatter_on(void*, const CopyLayout&, void*, void*, uint64_t, size_t, uint64_t, uint64_t, uint64_t) {

@@ -17,6 +17,7 @@ Staging::Staging(uint64_t budget, uint64_t buffer_bytes, std::byte* device)
   if (device) {
     base_ = device;
     device_base_ = reinterpret_cast<uint64_t>(device);
+    in_device_ = true;
   } else {
     arena_ = AlignedBuffer(count_ * buffer_bytes_);
     base_ = arena_.data();

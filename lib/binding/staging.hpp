@@ -43,6 +43,7 @@ class Staging {
   uint64_t arena_bytes() const { return count_ * buffer_bytes_; }
   void set_device_base(uint64_t base) { device_base_ = base; }
   uint64_t device_address(const Buffer& b) const { return device_base_ + uint64_t(b.data - base_); }
+  bool in_device_memory() const { return in_device_; }
 
  private:
   AlignedBuffer arena_;  // host memory, unless the arena is device memory
@@ -51,6 +52,7 @@ class Staging {
   size_t count_ = 0;
   size_t per_region_ = 1;
   uint64_t device_base_ = 0;
+  bool in_device_ = false;
   std::vector<iovec> regions_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -98,7 +98,8 @@ class StagedCudaRun final : public IoRun {
     auto* arg = new LandedCall<StagedCudaRun>{this, layer};
     try {
       p_.device->scatter(kv_.copy_layout(), kv_.k(layer), kv_.v(layer), mem_.copies_dev(layer), scattered.size(),
-                         mem_.ids(), LandedCall<StagedCudaRun>::call, arg, 0, mem_.terms_dev(layer));
+                         mem_.ids(), LandedCall<StagedCudaRun>::call, arg, 0, mem_.terms_dev(layer),
+                         !staging_->in_device_memory());
     } catch (const Error& e) {
       for (uint32_t i : scattered) fail(i, layer, e.code(), e.what());
       scattered.clear();
@@ -212,7 +213,7 @@ class MappedCudaRun final : public RunBase {
       auto* arg = new LandedCall<MappedCudaRun>{this, layer};
       try {
         p_.device->scatter(kv_.copy_layout(), kv_.k(layer), kv_.v(layer), mem_.copies_dev(layer), n, mem_.ids(),
-                           LandedCall<MappedCudaRun>::call, arg, mem_.status_dev(layer), mem_.terms_dev(layer));
+                           LandedCall<MappedCudaRun>::call, arg, mem_.status_dev(layer), mem_.terms_dev(layer), true);
       } catch (const Error& e) {
         for (size_t i = 0; i < n; ++i) status[i] = e.code();
         LandedCall<MappedCudaRun>::call(arg);
