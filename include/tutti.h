@@ -151,6 +151,11 @@ TUTTI_API const char* tutti_last_error(void);
  *                    the blocks: the model's kernels keep their SMs while the bytes cross
  *                    PCIe. At least one chunk-layer; 0 = the scatter kernel reads host memory
  *                    over PCIe itself (its warps wait on PCIe, occupying SMs).
+ *   stream_wait      host | gpu: how tutti_batch_wait_layer_async waits outside CUDA graph
+ *                    capture. host (default): the call returns once the layer is in place.
+ *                    gpu: it returns at once, and a one-warp kernel spins on the stream until
+ *                    the layer is in place; the engine's thread runs ahead, but the spinning
+ *                    kernel can deadlock the device (see tutti_batch_wait_layer_async).
  *   lookahead        layers kept in flight ahead of the consumer (default 4).
  *   nvme_controller  nvme: tutti_kmod's controller number (default 0).
  *   nvme_data_pointer  nvme: auto (SGLs where the controller has them) | sgl | prp.
@@ -290,14 +295,20 @@ TUTTI_API int tutti_batch_add(tutti_batch* b, const tutti_request* reqs, size_t 
 TUTTI_API int tutti_batch_submit(tutti_batch* b);
 /* Blocks until layer `layer` is done for the whole batch. */
 TUTTI_API int tutti_batch_wait_layer(tutti_batch* b, uint32_t layer);
-/* CUDA memory only: enqueues on `cuda_stream` (a cudaStream_t; NULL = the legacy default
- * stream) a wait for layer `layer` of this load batch, and of every load batch submitted
- * before it, and returns at once. Work queued after it on the stream sees those batches' bytes
- * of the layer in the blocks; a batch submitted later is not waited for (an engine may submit
- * the next step's load while this step's work is queued). Safe inside CUDA graph capture: a
- * captured wait applies to whichever load batch is the most recent one when the wait runs on
- * the GPU (and the ones before it), so submit a batch before launching a graph that waits on
- * it. Returns TUTTI_EINVAL for a store batch or host memory. */
+/* CUDA memory only: a wait for layer `layer` of this load batch, and of every load batch
+ * submitted before it, ordered with `cuda_stream` (a cudaStream_t; NULL = the legacy default
+ * stream): work queued on the stream after the call sees those batches' bytes of the layer in
+ * the blocks. A batch submitted later is not waited for (an engine may submit the next step's
+ * load while this step's work is queued). Outside graph capture the call returns once the
+ * bytes are in place (option stream_wait=host, the default): the GPU itself never waits for
+ * tutti. Inside CUDA graph capture (or with stream_wait=gpu) it returns at once and a
+ * one-warp kernel on the stream spins until the layer is in place; a captured wait applies to
+ * whichever load batch is the most recent one when it runs (and the ones before it), so
+ * submit a batch before launching a graph that waits on it. A spinning wait holds its stream,
+ * and streams share the device's hardware queues: when tutti's copies queue behind the
+ * engine's work that waits on the spin, the device deadlocks (seen on the H200 with many
+ * streams and a slow pool); CUDA_DEVICE_MAX_CONNECTIONS=32 makes sharing rarer, not
+ * impossible. Returns TUTTI_EINVAL for a store batch or host memory. */
 TUTTI_API int tutti_batch_wait_layer_async(tutti_batch* b, uint32_t layer, void* cuda_stream);
 /* Blocks until the batch is done (a store: committed). Returns the first request error, if any. */
 TUTTI_API int tutti_batch_wait(tutti_batch* b);

@@ -329,7 +329,11 @@ void store_max(uint64_t* at, uint64_t v) {
 
 void Device::begin_epoch(uint64_t epoch) { store_max(&control_[0], epoch); }
 
-void Device::mark_ready(uint32_t layer, uint64_t epoch) { store_max(&control_[1 + layer], epochs_->landed(layer, epoch)); }
+void Device::mark_ready(uint32_t layer, uint64_t epoch) {
+  store_max(&control_[1 + layer], epochs_->landed(layer, epoch));
+  { std::lock_guard lock(ready_mu_); }  // a host waiter between its check and its sleep sees the store
+  ready_cv_.notify_all();
+}
 
 void Device::enqueue_wait(void* stream, uint32_t layer, uint64_t epoch) {
   Guard g(ordinal_);
@@ -342,7 +346,13 @@ void Device::enqueue_wait(void* stream, uint32_t layer, uint64_t epoch) {
     cudaGetLastError();
     capture = cudaStreamCaptureStatusActive;
   }
-  wait_layer<<<1, 32, 0, s>>>(control_dev_, layer, capture == cudaStreamCaptureStatusNone ? epoch : 0);
+  const bool captured = capture != cudaStreamCaptureStatusNone;
+  if (!captured && !gpu_waits_) {  // landed means its kernels completed: later work sees the bytes
+    std::unique_lock lock(ready_mu_);
+    ready_cv_.wait(lock, [&] { return __atomic_load_n(&control_[1 + layer], __ATOMIC_ACQUIRE) >= epoch; });
+    return;
+  }
+  wait_layer<<<1, 32, 0, s>>>(control_dev_, layer, captured ? 0 : epoch);
   check(cudaGetLastError(), "wait kernel launch");
 }
 

@@ -2,6 +2,7 @@
 // CUDA links device_stub.cpp instead of device.cu, whose calls fail with a clear reason.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,17 +44,26 @@ class Device {
 
   // Stream-ordered layer waits. A control block in pinned, mapped host memory holds the epoch
   // of the newest load batch and, per layer, the epoch up to which every batch has landed it
-  // (LayerEpochs); a one-warp kernel on the engine's stream spins until ready[layer] reaches
-  // the waiting batch's epoch, so a pipelined engine's wait never waits for a newer batch.
-  // Inside graph capture the kernel reads the newest epoch instead, so a captured graph keeps
-  // working across batches; either way a wait is never early.
+  // (LayerEpochs). Outside graph capture the calling thread blocks until ready[layer] reaches
+  // the waiting batch's epoch: the bytes are then in place for any work queued after the call,
+  // and the GPU never waits for work that is not queued yet. Inside capture (or with
+  // gpu_waits), a one-warp kernel on the engine's stream spins on ready[layer] instead, against
+  // the newest epoch when captured, so a captured graph keeps working across batches. Either
+  // way a wait is never early and never waits for a newer batch than it must.
+  //
+  // Why not spin on the GPU always: the spinning kernel holds its stream, and the engine's
+  // next kernel on that stream waits behind it in a hardware queue; streams share those
+  // queues (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default), so once tutti's copy stream shares one
+  // with the engine's, the copy that would end the spin waits behind the engine's kernel: a
+  // deadlock. On the H200 a transformers prefill from the disk pool hung so (docs/ttft.md).
   void set_layers(uint32_t layers);
   // `bytes` of device memory, half for loads and half for stores, that scatters and gathers
   // move host memory through with the copy engines (0: the kernels read host memory in place).
   // `extent` is one chunk-layer's bytes. Throws EINVAL when a half holds none.
   void set_staging(uint64_t bytes, uint64_t extent);
   void begin_epoch(uint64_t epoch);              // a load batch is submitted
-  void mark_ready(uint32_t layer, uint64_t epoch);  // plain stores: callable in host callbacks
+  void mark_ready(uint32_t layer, uint64_t epoch);  // no CUDA calls: callable in host callbacks
+  void set_gpu_waits(bool on) { gpu_waits_ = on; }  // option stream_wait=gpu
   // Waits for the batches up to `epoch`; inside graph capture, up to the newest when it runs.
   void enqueue_wait(void* stream, uint32_t layer, uint64_t epoch);
 
@@ -107,6 +117,9 @@ class Device {
   std::mutex pinned_mu_;
   std::vector<Pinned> pinned_;
   uint64_t* control_ = nullptr;  // [0] newest epoch, [1 + l] epoch up to which layer l landed
+  bool gpu_waits_ = false;
+  std::mutex ready_mu_;  // host waits sleep on ready_cv_ until control_ moves
+  std::condition_variable ready_cv_;
   uint64_t* control_dev_ = nullptr;
   std::unique_ptr<LayerEpochs> epochs_;
 };

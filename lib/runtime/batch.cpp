@@ -309,11 +309,15 @@ void Batch::wait_layer(uint32_t layer) {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return layer_done_[layer] != 0; });
   }
-  uint64_t ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  count_wait(layer, t0);
+}
+
+void Batch::count_wait(uint32_t layer, std::chrono::steady_clock::time_point since) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since).count();
   auto& c = rt_->counters();
   c.layer_waits++;
-  c.layer_wait_ns += ns;
-  c.per_layer_wait_ns[layer] += ns;
+  c.layer_wait_ns += static_cast<uint64_t>(ns);
+  c.per_layer_wait_ns[layer] += static_cast<uint64_t>(ns);
 }
 
 void Batch::wait_layer_async(uint32_t layer, void* stream) {
@@ -321,7 +325,9 @@ void Batch::wait_layer_async(uint32_t layer, void* stream) {
                                     std::to_string(layers_) + " layers)");
   TUTTI_EXPECT(is_load() && rt_->device(), "stream-ordered waits are for loads into CUDA memory");
   TUTTI_EXPECT_CODE(state_ != State::kBuilding, TUTTI_ESTATE, "wait_layer_async before submit");
-  rt_->device()->enqueue_wait(stream, layer, epoch_);
+  auto t0 = std::chrono::steady_clock::now();
+  rt_->device()->enqueue_wait(stream, layer, epoch_);  // blocks unless the wait is queued on the GPU
+  count_wait(layer, t0);
 }
 
 void Batch::settle() {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -45,6 +46,7 @@ class Batch final : public Scheduled, private PathSink {
   void commit() override;                     // store: sync, write commit records, publish
 
  private:
+  void count_wait(uint32_t layer, std::chrono::steady_clock::time_point since);  // the stats' layer waits
   struct Request {
     tutti_request r;
     size_t first_chunk = 0;            // token_begin / chunk_tokens

@@ -20,6 +20,7 @@ const std::vector<OptionInfo>& option_table() {
       {"staging", "256M", "bytes of aligned staging memory"},
       {"device_staging", "64M", "bytes of GPU memory a load into CUDA memory lands in by DMA before its scatter kernel (0: the kernel reads host memory over PCIe)"},
       {"dram_tier", "0", "bytes of host memory above the pool for recently moved chunk-layers (0: none)"},
+      {"stream_wait", "host", "host | gpu: how tutti_batch_wait_layer_async waits outside CUDA graph capture (gpu: a spinning kernel; can deadlock, see tutti.h)"},
       {"lookahead", "4", "layers in flight ahead of the consumer"},
       {"rings", "4", "io_uring rings (one thread each; gpu-uring: one SQPOLL thread each, at most 8)"},
       {"queue_depth", "64", "I/Os in flight per ring"},
@@ -102,6 +103,9 @@ void apply(Config& c, const std::string& key, const std::string& v) {
     c.staging = size_of(key, v, 4096, 1ull << 40);
   } else if (key == "device_staging") {
     c.device_staging = size_of(key, v, 0, 1ull << 40);
+  } else if (key == "stream_wait") {
+    TUTTI_EXPECT(v == "host" || v == "gpu", "option stream_wait: '" + v + "' is not host or gpu");
+    c.gpu_waits = v == "gpu";
   } else if (key == "lookahead") {
     c.lookahead = count_of(key, v, 1, 1024);
   } else if (key == "rings") {

@@ -26,6 +26,7 @@ struct Config {
   bool verify = true;  // option verify: on, or unsafe-off
   uint64_t staging = 0;
   uint64_t device_staging = 0;
+  bool gpu_waits = false;  // option stream_wait: host, or gpu
   uint64_t dram_tier = 0;
   uint32_t lookahead = 0;
   uint32_t rings = 0;

@@ -456,13 +456,24 @@ TEST_P(GpuLegacyStream, WaitsThereDoNotBlockTheLoad) {
   tutti_runtime_close(rt);
 }
 
+// Sets TUTTI_<KEY> for the runtimes opened while it lives.
+struct ScopedEnv {
+  ScopedEnv(const char* name, const char* value) : name(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name); }
+  const char* name;
+};
+
 // Two load batches in flight: a large one, then a small one that lands first. A stream-ordered
 // wait for the older batch must not pass on the newer batch's layer having landed, or the
-// engine's work for the older batch would read blocks still being loaded.
-TEST(GpuEpochs, AWaitNeverPassesBeforeAnOlderBatchsLayer) {
+// engine's work for the older batch would read blocks still being loaded. Both ways of
+// waiting (option stream_wait: the host blocks, or a kernel spins on the stream).
+class GpuEpochs : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GpuEpochs, AWaitNeverPassesBeforeAnOlderBatchsLayer) {
   Dir dir;
   const uint32_t layers = 8, blocks = 512, bt = 16;
   DeviceKv kv(layers, blocks, bt, 8, 128, 0);
+  ScopedEnv wait_mode("TUTTI_STREAM_WAIT", GetParam());
   tutti_runtime* rt = open_runtime(dir.path + "/pool", "posix", kv.layout);
   ASSERT_NE(rt, nullptr);
   std::vector<int32_t> table(blocks), big(240 * bt), small(64);
@@ -507,6 +518,67 @@ TEST(GpuEpochs, AWaitNeverPassesBeforeAnOlderBatchsLayer) {
     cudaStreamDestroy(s);
     tutti::gpu::free(snap);
   }
+  tutti_runtime_close(rt);
+}
+
+INSTANTIATE_TEST_SUITE_P(WaitModes, GpuEpochs, ::testing::Values("host", "gpu"));
+
+// An engine with many streams (more than the device's hardware queues, so they share them)
+// waits on each of them for every layer of a load that is slower than its work, and queues
+// work behind each wait. With the default host waits the GPU never waits for tutti, so
+// nothing can queue tutti's copies behind a wait: the load lands and every stream drains. (A
+// spinning wait kernel deadlocked a transformers prefill so on the H200.)
+TEST(GpuStreams, ManyStreamsWaitingDoNotHoldTheDevice) {
+  Dir dir;
+  const uint32_t layers = 8, blocks = 512, bt = 16;
+  DeviceKv kv(layers, blocks, bt, 8, 128, 0);
+  ScopedEnv one_thread("TUTTI_THREADS", "1");  // a slow load
+  tutti_runtime* rt = open_runtime(dir.path + "/pool", "posix", kv.layout);
+  ASSERT_NE(rt, nullptr);
+  std::vector<int32_t> table(blocks), tokens(blocks * bt);
+  for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>((i * 7) % blocks);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i * 11 + 5);
+  kv.fill(tokens, table.data());
+  std::vector<tutti_request> r{whole_prompt(tokens, table.data(), bt)};
+  ASSERT_EQ(run(rt, TUTTI_OP_STORE, r, layers), 0) << tutti_last_error();
+  kv.zero();
+
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 600 && !done; ++i) usleep(100 * 1000);
+    if (!done) {
+      std::fprintf(stderr, "GpuStreams: the streams did not drain in 60 s\n");
+      std::_Exit(1);
+    }
+  });
+  const int n = 48;
+  std::vector<cudaStream_t> streams(n);
+  for (auto& s : streams) ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  void* scratch = tutti::gpu::alloc(0, n * 4096);
+  void* snap = tutti::gpu::alloc(0, kv.ref.size());
+  tutti_batch* b = nullptr;
+  ASSERT_EQ(tutti_batch_create(rt, TUTTI_OP_LOAD, &b), 0);
+  ASSERT_EQ(tutti_batch_add(b, r.data(), 1), 0);
+  ASSERT_EQ(tutti_batch_submit(b), 0);
+  for (uint32_t l = 0; l < layers; ++l)
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(tutti_batch_wait_layer_async(b, l, streams[i]), 0) << tutti_last_error();
+      ASSERT_EQ(cudaMemsetAsync(static_cast<std::byte*>(scratch) + i * 4096, int(l), 4096, streams[i]), cudaSuccess);
+      if (i == int(l) % n) {  // what one engine stream reads of the layer right after its wait
+        ASSERT_EQ(cudaMemcpyAsync(static_cast<std::byte*>(snap) + l * kv.layer_bytes, kv.mem + l * kv.layer_bytes,
+                                  kv.layer_bytes, cudaMemcpyDeviceToDevice, streams[i]),
+                  cudaSuccess);
+      }
+    }
+  for (auto& s : streams) EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(tutti_batch_wait(b), 0) << tutti_last_error();
+  tutti_batch_destroy(b);
+  done = true;
+  watchdog.join();
+  EXPECT_EQ(kv.check(tokens, table.data(), 0, tokens.size(), 0, snap), "");
+  for (auto& s : streams) cudaStreamDestroy(s);
+  tutti::gpu::free(scratch);
+  tutti::gpu::free(snap);
   tutti_runtime_close(rt);
 }
 
