@@ -31,7 +31,7 @@ from typing import List
 
 from .. import Runtime
 from ..model_shapes import MODEL_SHAPES
-from .ttft import BLOCK_TOKENS, CHUNK_TOKENS, MATCH_COSINE, ReferenceEngine, drop_caches, log, percentile
+from .ttft import BLOCK_TOKENS, CHUNK_TOKENS, MATCH_COSINE, ReferenceEngine, drop_caches, log, percentile, run_config
 
 torch = hf = PagedKv = PrefixLoad = store = None  # imported by main()
 
@@ -221,7 +221,7 @@ def main(argv=None) -> int:
         matches += bool(x.argmax().item() == y.argmax().item() and cos >= MATCH_COSINE)
     common = dict(model=a.model, docs=len(a.docs), doc_tokens=sorted(set(a.docs)), total_tokens=sum(a.docs),
                   question=a.question, kv_gib=round(b.kv_bytes / 2**30, 2), source=name, backend=backend or "posix",
-                  engine=a.engine, gpu=torch.cuda.get_device_name() if b.cuda else "none (cpu)")
+                  engine=a.engine, gpu=torch.cuda.get_device_name() if b.cuda else "none (cpu)", config=run_config())
     rows = [dict(mode="recompute", ttft_mean_s=sum(rec) / len(rec), ttft_p99_s=percentile(rec, 99),
                  wall_s=rec_wall, ttft_s=[round(x, 4) for x in rec]),
             dict(mode="tutti", ttft_mean_s=sum(tut) / len(tut), ttft_p99_s=percentile(tut, 99), wall_s=tut_wall,

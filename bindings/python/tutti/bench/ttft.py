@@ -58,6 +58,12 @@ def drop_caches() -> None:
         pass  # not root: O_DIRECT pools do not go through the page cache anyway
 
 
+def run_config() -> dict:
+    """The runtime options a row ran with that change its time (tutti.h; TUTTI_* variables)."""
+    return {k: os.environ.get("TUTTI_" + k.upper(), default)
+            for k, default in (("stream_wait", "host"), ("device_staging", "64M"), ("verify", "on"))}
+
+
 def percentile(xs: List[float], p: float) -> float:
     if not xs:
         return 0.0
@@ -134,6 +140,7 @@ class Bench:
             row["variant"] = self.a.variant
         row["gpu"] = torch.cuda.get_device_name() if self.cuda else "none (cpu)"
         row["engine"] = self.a.engine
+        row["config"] = run_config()
         with open(self.a.out, "a") as f:
             f.write(json.dumps(row) + "\n")
         self.rows.append(row)
