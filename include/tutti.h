@@ -145,12 +145,14 @@ TUTTI_API const char* tutti_last_error(void);
  *                    CPU producers (uring, posix, passthru, nvme), also into CUDA memory.
  *   staging          bytes of aligned staging memory (default 256M). A load into CUDA memory
  *                    holds one layer of the whole batch in staging until its copy kernel ran.
- *   device_staging   bytes of GPU memory (default 64M) that a load into CUDA memory from host
- *                    memory (staging of uring, posix, passthru, nvme; the dram pool) lands in
- *                    through the GPU's copy engines before the scatter kernel places it in
- *                    the blocks: the model's kernels keep their SMs while the bytes cross
- *                    PCIe. At least one chunk-layer; 0 = the scatter kernel reads host memory
- *                    over PCIe itself (its warps wait on PCIe, occupying SMs).
+ *   device_staging   bytes of GPU memory, half for loads and half for stores, that bytes
+ *                    between host memory (staging of uring, posix, passthru, nvme; the dram
+ *                    pool) and CUDA memory cross through on the GPU's copy engines; the copy
+ *                    kernels then move them between it and the blocks at HBM speed, so the
+ *                    model's kernels keep their SMs while bytes cross PCIe. auto (default):
+ *                    64M, or two chunk-layers if more. A size: at least two chunk-layers. 0:
+ *                    the copy kernels read and write host memory over PCIe themselves (their
+ *                    warps wait on PCIe, occupying SMs).
  *   stream_wait      host | gpu: how tutti_batch_wait_layer_async waits outside CUDA graph
  *                    capture. host (default): the call returns once the layer is in place.
  *                    gpu: it returns at once, and a one-warp kernel spins on the stream until

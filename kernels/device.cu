@@ -339,12 +339,12 @@ void Device::enqueue_wait(void* stream, uint32_t layer, uint64_t epoch) {
   Guard g(ordinal_);
   auto s = static_cast<cudaStream_t>(stream);
   // A captured graph replays for later batches: its waits read the newest epoch when they run.
-  // (Asked of the legacy stream while another stream captures, CUDA answers with an error:
-  // that counts as capturing.)
+  // (Asked of the legacy stream while another stream captures, CUDA answers with an error; the
+  // legacy stream itself is never captured, so that is a wait outside capture.)
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(s, &capture) != cudaSuccess) {
     cudaGetLastError();
-    capture = cudaStreamCaptureStatusActive;
+    capture = cudaStreamCaptureStatusNone;
   }
   const bool captured = capture != cudaStreamCaptureStatusNone;
   if (!captured && !gpu_waits_) {  // landed means its kernels completed: later work sees the bytes
@@ -435,23 +435,29 @@ void Device::scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, siz
   auto* list = reinterpret_cast<const ChunkCopy*>(chunks);
   auto* st = reinterpret_cast<const int32_t*>(status);
   auto* sums = reinterpret_cast<uint64_t*>(terms);
-  if (n && from_host && load_stage_.base) {
-    // Through the copy engines into device staging, then an HBM-to-HBM scatter: the scatter
-    // kernel's warps no longer sit on PCIe reads while the engine's kernels want the SMs.
-    // Calls from several I/O threads share the staging: one at a time.
-    std::lock_guard lock(load_stage_.mu);
-    for (size_t i = 0; i < n; i += load_stage_.chunks) {
-      const size_t m = std::min(n - i, load_stage_.chunks);
-      copy_stage(s, load_stage_.base, list + i, st ? st + i : nullptr, m, 2 * l.v_offset, true);
-      launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), list + i, m,
-                   reinterpret_cast<const int32_t*>(ids), st ? st + i : nullptr, sums ? sums + i : nullptr,
-                   load_stage_.base);
+  try {
+    if (n && from_host && load_stage_.base) {
+      // Through the copy engines into device staging, then an HBM-to-HBM scatter: the scatter
+      // kernel's warps no longer sit on PCIe reads while the engine's kernels want the SMs.
+      // Calls from several I/O threads share the staging: one at a time.
+      std::lock_guard lock(load_stage_.mu);
+      for (size_t i = 0; i < n; i += load_stage_.chunks) {
+        const size_t m = std::min(n - i, load_stage_.chunks);
+        copy_stage(s, load_stage_.base, list + i, st ? st + i : nullptr, m, 2 * l.v_offset, true);
+        launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), list + i, m,
+                     reinterpret_cast<const int32_t*>(ids), st ? st + i : nullptr, sums ? sums + i : nullptr,
+                     load_stage_.base);
+      }
+    } else if (n) {
+      launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), list, n,
+                   reinterpret_cast<const int32_t*>(ids), st, sums);
     }
-  } else if (n) {
-    launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), list, n, reinterpret_cast<const int32_t*>(ids),
-                 st, sums);
+    check(cudaLaunchHostFunc(s, done, arg), "cudaLaunchHostFunc");
+  } catch (...) {
+    // The caller then fails the layer and frees its staging: nothing queued may still use it.
+    cudaStreamSynchronize(s);
+    throw;
   }
-  check(cudaLaunchHostFunc(s, done, arg), "cudaLaunchHostFunc");
 }
 
 void Device::scatter_on(void* stream, const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,

@@ -49,7 +49,7 @@ class Device {
   // and the GPU never waits for work that is not queued yet. Inside capture (or with
   // gpu_waits), a one-warp kernel on the engine's stream spins on ready[layer] instead, against
   // the newest epoch when captured, so a captured graph keeps working across batches. Either
-  // way a wait is never early and never waits for a newer batch than it must.
+  // way a wait is never early; only a captured one waits for batches newer than its own.
   //
   // Why not spin on the GPU always: the spinning kernel holds its stream, and the engine's
   // next kernel on that stream waits behind it in a hardware queue; streams share those
@@ -59,7 +59,7 @@ class Device {
   void set_layers(uint32_t layers);
   // `bytes` of device memory, half for loads and half for stores, that scatters and gathers
   // move host memory through with the copy engines (0: the kernels read host memory in place).
-  // `extent` is one chunk-layer's bytes. Throws EINVAL when a half holds none.
+  // `extent` is one chunk-layer's bytes. Throws EINVAL when a half cannot hold one.
   void set_staging(uint64_t bytes, uint64_t extent);
   void begin_epoch(uint64_t epoch);              // a load batch is submitted
   void mark_ready(uint32_t layer, uint64_t epoch);  // no CUDA calls: callable in host callbacks

@@ -18,7 +18,7 @@ const std::vector<OptionInfo>& option_table() {
       {"direct_to_blocks", "auto", "auto | on | off: vectored I/O straight between pool and KV blocks"},
       {"verify", "on", "on | unsafe-off: check every chunk-layer loaded against its checksum (off hands back corrupted bytes as success)"},
       {"staging", "256M", "bytes of aligned staging memory"},
-      {"device_staging", "64M", "bytes of GPU memory a load into CUDA memory lands in by DMA before its scatter kernel (0: the kernel reads host memory over PCIe)"},
+      {"device_staging", "auto", "bytes of GPU memory that loads from and stores to host memory cross PCIe through by DMA, half each way (auto: 64M, or two chunk-layers if more; 0: the copy kernels read and write host memory over PCIe)"},
       {"dram_tier", "0", "bytes of host memory above the pool for recently moved chunk-layers (0: none)"},
       {"stream_wait", "host", "host | gpu: how tutti_batch_wait_layer_async waits outside CUDA graph capture (gpu: a spinning kernel; can deadlock, see tutti.h)"},
       {"lookahead", "4", "layers in flight ahead of the consumer"},
@@ -102,7 +102,7 @@ void apply(Config& c, const std::string& key, const std::string& v) {
   } else if (key == "staging") {
     c.staging = size_of(key, v, 4096, 1ull << 40);
   } else if (key == "device_staging") {
-    c.device_staging = size_of(key, v, 0, 1ull << 40);
+    c.device_staging = v == "auto" ? kDeviceStagingAuto : size_of(key, v, 0, 1ull << 40);
   } else if (key == "stream_wait") {
     TUTTI_EXPECT(v == "host" || v == "gpu", "option stream_wait: '" + v + "' is not host or gpu");
     c.gpu_waits = v == "gpu";

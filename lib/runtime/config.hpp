@@ -15,6 +15,8 @@ namespace tutti {
 enum class IoMode { kObject, kPerBlockBaseline };
 enum class DirectMode { kAuto, kOn, kOff };
 
+constexpr uint64_t kDeviceStagingAuto = ~uint64_t{0};
+
 struct Config {
   std::vector<PoolUri> pools;
   uint64_t capacity = 0;
@@ -25,7 +27,7 @@ struct Config {
   DirectMode direct = DirectMode::kAuto;
   bool verify = true;  // option verify: on, or unsafe-off
   uint64_t staging = 0;
-  uint64_t device_staging = 0;
+  uint64_t device_staging = 0;  // or kDeviceStagingAuto
   bool gpu_waits = false;  // option stream_wait: host, or gpu
   uint64_t dram_tier = 0;
   uint32_t lookahead = 0;

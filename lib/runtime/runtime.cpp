@@ -82,7 +82,9 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   if (binding->on_device()) {
     device = std::make_unique<gpu::Device>(binding->device());
     device->set_layers(shape.layers);
-    device->set_staging(cfg_.device_staging, shape.layer_bytes());
+    device->set_staging(cfg_.device_staging == kDeviceStagingAuto ? std::max<uint64_t>(64 << 20, 2 * shape.layer_bytes())
+                                                                  : cfg_.device_staging,
+                        shape.layer_bytes());
     device->set_gpu_waits(cfg_.gpu_waits);
     for (uint32_t l = 0; l < shape.layers; ++l)
       TUTTI_EXPECT(device->owns(binding->k(l)) && device->owns(binding->v(l)),
