@@ -96,3 +96,32 @@ def test_docqa_on_the_cpu(tmp_path):
     assert rows["tutti"]["loaded_tokens"] == 3 * 512 + 2 * 256  # every document's whole chunks
     assert len(rows["recompute"]["ttft_s"]) == len(rows["tutti"]["ttft_s"]) == 5
     assert not (tmp_path / "pool").exists()
+
+
+def test_profile_then_policy_then_hybrid_rows_on_the_cpu(tmp_path):
+    """python -m tutti.profile measures a source and saves its profile; python -m tutti.policy
+    decides from the file; the bench's hybrid rows decide from it with --profile."""
+    pytest.importorskip("torch", reason="torch is not installed here")
+    pytest.importorskip("numpy", reason="numpy is not installed here")
+    import json
+    from tutti.policy import Profile
+    cpu = ["--engine", "reference", "--device", "cpu", "--model", "tiny", "--tokens", "512"]
+    r = subprocess.run([sys.executable, "-m", "tutti.profile", *cpu, "--repeat", "1",
+                        "--source", f"disk={tmp_path / 'pool'}@posix", "--out", str(tmp_path / "prof")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    p = Profile.load(str(tmp_path / "prof" / "tiny-disk.json"))
+    assert p.layers == 4 and p.backend == "posix" and p.load_bytes_per_s > 0 and p.load_latency_s > 0
+    assert len(p.samples) >= 3
+    r = subprocess.run([sys.executable, "-m", "tutti.policy", "--profile", str(tmp_path / "prof" / "tiny-disk.json"),
+                        "--tokens", "512", "--prefix", "256"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["recompute"] + d["load"] == 256 and d["reason"]
+    out = tmp_path / "rows.jsonl"
+    r = ttft(*cpu, "--prefix", "256", "--modes", "hybrid", "--repeat", "1", "--profile", str(tmp_path / "prof"),
+             "--source", f"disk={tmp_path / 'pool2'}@posix", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(x) for x in out.read_text().splitlines() if '"hybrid"' in x]
+    assert len(rows) == 1 and rows[0]["profile"]["load_bytes_per_s"] == p.load_bytes_per_s
+    assert rows[0]["logits_match"]

@@ -32,6 +32,7 @@ class Profile:
     token_s: float = 0.0
     pair_s: float = 0.0
     source: str = ""
+    backend: str = ""  # the backend load_bytes_per_s was measured with
     load_bytes_per_s: float = 0.0
     load_latency_s: float = 0.0
     samples: List[Tuple[int, int, float]] = field(default_factory=list)  # (q, p, seconds) measured
@@ -137,3 +138,28 @@ def decide(profile: Profile, tokens: int, prefix: int, chunk_tokens: int, candid
         why = (f"recompute {best_head} tokens while {prefix - best_head} load: {best_s:.3f} s against "
                f"{recompute_s:.3f} s to recompute and {load_only_s:.3f} s to load all")
     return Decision(best_head, prefix - best_head, best_s, recompute_s, load_only_s, why)
+
+
+def main(argv=None) -> int:
+    """python -m tutti.policy --profile FILE --tokens N --prefix P: the decision and its reason."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m tutti.policy", description=main.__doc__)
+    ap.add_argument("--profile", required=True, help="a profile file (python -m tutti.profile)")
+    ap.add_argument("--tokens", type=int, required=True, help="the prompt's length N")
+    ap.add_argument("--prefix", type=int, required=True, help="its cached prefix P (whole chunks)")
+    ap.add_argument("--chunk-tokens", type=int, default=256)
+    a = ap.parse_args(argv)
+    if not 0 <= a.prefix <= a.tokens or a.prefix % a.chunk_tokens:
+        ap.error(f"--prefix: a multiple of {a.chunk_tokens} in [0, {a.tokens}]")
+    try:
+        profile = Profile.load(a.profile)
+    except (OSError, ValueError, TypeError) as e:
+        ap.error(f"--profile {a.profile}: {e}")
+    d = decide(profile, a.tokens, a.prefix, a.chunk_tokens)
+    print(json.dumps(dict(mode=d.mode, recompute=d.recompute, load=d.load, predicted_s=round(d.predicted_s, 6),
+                          recompute_s=round(d.recompute_s, 6), reason=d.reason)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -327,9 +327,9 @@ class Bench:
                     self.emit(dict(prefix=p, source=source, mode="per_block", backend=backend,
                                    **self.load_run(rt, p, "layerwise")))
             rt.close()
-        if "hybrid" in self.a.modes and self.profile is not None and bandwidth:
-            backend = max(bandwidth, key=bandwidth.get)
-            prof = Profile(**{**self.profile.__dict__, "source": source, "load_bytes_per_s": bandwidth[backend]})
+        prof = self.source_profile(source, path, bandwidth)
+        if "hybrid" in self.a.modes and prof is not None:
+            backend = prof.backend or (max(bandwidth, key=bandwidth.get) if bandwidth else self.a.backends[source][0])
             rt = self.runtime(path, backend)
             for p in self.a.prefix:
                 if self.done_row(p, source, "hybrid", backend):
@@ -346,6 +346,38 @@ class Bench:
                                profile={k: v for k, v in prof.__dict__.items() if k != "samples"}, **r))
             rt.close()
         os.remove(path)
+
+    def source_profile(self, source: str, path: str, bandwidth: Dict[str, float]) -> Optional[Profile]:
+        """The profile the policy decides from for this source: --profile DIR's file for it, or
+        this run's fit with the fastest backend's load bandwidth (saved to --save-profile DIR,
+        with the first-byte latency of a one-chunk load measured here)."""
+        name = f"{self.a.model}-{source}.json"
+        if self.a.profile and os.path.exists(os.path.join(self.a.profile, name)):
+            return Profile.load(os.path.join(self.a.profile, name))
+        if self.profile is None or not bandwidth:
+            return None
+        backend = max(bandwidth, key=bandwidth.get)
+        prof = Profile(**{**self.profile.__dict__, "source": source, "backend": backend,
+                          "load_bytes_per_s": bandwidth[backend]})
+        if self.a.save_profile:
+            rt = self.runtime(path, backend)
+            prof.load_latency_s = self.first_chunk_s(rt)
+            rt.close()
+            os.makedirs(self.a.save_profile, exist_ok=True)
+            prof.save(os.path.join(self.a.save_profile, name))
+            log(f"{source}: profile saved to {os.path.join(self.a.save_profile, name)}")
+        return prof
+
+    def first_chunk_s(self, rt: Runtime) -> float:
+        """The best of 3 loads of the prompt's first chunk, every layer: the source's latency."""
+        best = float("inf")
+        for _ in range(3):
+            drop_caches()
+            t0 = time.perf_counter()
+            with PrefixLoad(rt, self.tokens, self.table, end=CHUNK_TOKENS) as load:
+                load.finish()
+            best = min(best, time.perf_counter() - t0)
+        return best
 
 
 def main(argv=None) -> int:
@@ -365,6 +397,11 @@ def main(argv=None) -> int:
                     help="hf: transformers' LlamaForCausalLM; reference: tutti.reference_llama (no transformers)")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                     help="cpu only with --engine reference: checks the harness, its times mean nothing")
+    ap.add_argument("--profile", default=None, metavar="DIR",
+                    help="hybrid rows decide from DIR/<model>-<source>.json (python -m tutti.profile) "
+                         "where it exists, instead of this run's own fit")
+    ap.add_argument("--save-profile", default=None, metavar="DIR",
+                    help="write this run's profile of each source to DIR/<model>-<source>.json")
     ap.add_argument("--variant", default="", help="a label for this configuration (e.g. TUTTI_DEVICE_STAGING=0), "
                                                   "part of each row's key: the same rows run again under it")
     ap.add_argument("--out", default="ttft.jsonl", help="JSON lines, appended; rows already there are skipped")
