@@ -337,7 +337,7 @@ typedef struct tutti_stats {
   uint64_t failed_chunks; /* chunks a batch could not move */
   uint64_t slots_total;
   uint64_t slots_used;
-  uint64_t layer_waits;   /* tutti_batch_wait_layer calls */
+  uint64_t layer_waits;   /* tutti_batch_wait_layer(_async) calls */
   uint64_t layer_wait_ns; /* time spent blocked in them */
   /* Since 0.2 (a caller built against 0.1 passes a smaller struct_size and gets the above). */
   uint64_t tier_hits;     /* chunk-layer loads served by the DRAM tier (option dram_tier) */

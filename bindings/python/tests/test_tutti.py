@@ -130,6 +130,41 @@ def test_every_function_of_the_header_is_bound():
     assert not missing, f"functions of tutti.h missing from the Python binding: {missing}"
 
 
+def test_stats_has_every_counter_of_the_header(tmp_path):
+    here = os.path.dirname(os.path.abspath(__file__))
+    header = open(os.environ.get("TUTTI_HEADER", os.path.join(here, "../../../include/tutti.h"))).read()
+    body = re.search(r"typedef struct tutti_stats \{(.*?)\} tutti_stats;", header, re.S).group(1)
+    fields = [f for f in re.findall(r"^\s*uint\d+_t (\w+);", body, re.M) if f != "struct_size"]
+    assert "tier_hits" in fields and "layer_waits" in fields
+    kv = make_kv()
+    with open_runtime(tmp_path, kv) as rt:
+        assert list(rt.stats()) == fields
+
+
+def test_a_layout_checks_its_buffers_and_keeps_them_alive():
+    import gc
+    import weakref
+    args = (LAYERS, BLOCKS, BT, HEADS, DIM, 2)
+    short = [np.zeros((2, BLOCKS - 1, BT, HEADS, DIM), dtype=np.uint16) for _ in range(LAYERS)]
+    with pytest.raises(ValueError, match="layer 0's K holds"):
+        tutti.KvLayout.paged(*args, k=short)
+    k = [np.zeros((BLOCKS, BT, HEADS, DIM), dtype=np.uint16) for _ in range(LAYERS)]
+    v = [np.zeros((BLOCKS, BT, HEADS, DIM), dtype=np.uint16) for _ in range(LAYERS - 1)] + [short[0][0]]
+    with pytest.raises(ValueError, match=f"layer {LAYERS - 1}'s V holds"):
+        tutti.KvLayout.paged(*args, k=k, v=v)
+    with pytest.raises(ValueError, match="not contiguous|C-contiguous|contiguous"):
+        tutti.KvLayout.paged(*args, k=[np.zeros((2, BLOCKS, BT, HEADS, 2 * DIM), dtype=np.uint16)[..., ::2]] * LAYERS)
+    kv = make_kv()
+    alive = weakref.ref(kv[0])
+    layout = tutti.KvLayout.paged(*args, k=kv)
+    del kv
+    gc.collect()
+    assert alive() is not None  # the layout holds the engine's tensors while tutti may write them
+    del layout
+    gc.collect()
+    assert alive() is None
+
+
 def test_version():
     assert tutti.version().startswith("0.")
     assert tutti_c.tutti_version_number() == tutti_c.TUTTI_VERSION_NUMBER

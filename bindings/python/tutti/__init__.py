@@ -53,11 +53,16 @@ def version() -> str:
     return _c.tutti_version_string()
 
 
-def _address(obj: Any) -> int:
-    """The address of a KV tensor or buffer, or the int itself."""
+def _checked_address(obj: Any, need: int, what: str) -> int:
+    """The address of a KV tensor or buffer that must hold `need` bytes (an int: unchecked)."""
     if isinstance(obj, int):
         return obj
-    return _c.tutti_py_address(obj)[0]
+    if hasattr(obj, "is_contiguous") and not obj.is_contiguous():
+        raise ValueError(f"{what} is not contiguous: tutti addresses it as one flat range")
+    address, nbytes = _c.tutti_py_address(obj)
+    if nbytes < need:
+        raise ValueError(f"{what} holds {nbytes} bytes; the layout addresses {need} in it")
+    return address
 
 
 class KvLayout:
@@ -73,15 +78,23 @@ class KvLayout:
         """Blocks of [block_tokens, kv_heads, head_dim] (NHD, vLLM) or [kv_heads, block_tokens,
         head_dim] (HND). `k`: per layer, its K tensor (or address); `v` the same for V, or None
         when each layer is one fused [2, blocks, ...] tensor whose V starts `v_offset` bytes in
-        (default: blocks * block_stride)."""
+        (default: blocks * block_stride). Tensors and buffers are checked to hold what the
+        layout addresses in them, and kept alive as long as the layout (and a Runtime it is
+        registered with); bare addresses are the caller's to keep valid."""
         raw = _c.tutti_kv_layout()
         _check(_c.tutti_kv_layout_init(raw, layers, blocks, block_tokens, kv_heads, head_dim, elem_bytes, int(hnd)))
         raw.memory = memory
         raw.device = device
-        raw.set_bases([_address(t) for t in k], None if v is None else [_address(t) for t in v])
         if v is None:
             raw.v_offset = blocks * raw.block_stride if v_offset is None else v_offset
-        return cls(raw)
+        side = blocks * raw.block_stride  # one K (or V) of a layer
+        k_bases = [_checked_address(t, side + (raw.v_offset if v is None else 0), f"layer {i}'s K")
+                   for i, t in enumerate(k)]
+        v_bases = None if v is None else [_checked_address(t, side, f"layer {i}'s V") for i, t in enumerate(v)]
+        raw.set_bases(k_bases, v_bases)
+        layout = cls(raw)
+        layout._buffers = (list(k), None if v is None else list(v))
+        return layout
 
     @property
     def block_stride(self) -> int:
@@ -89,6 +102,12 @@ class KvLayout:
 
     def __getattr__(self, name):  # the C struct's fields, read-only
         return getattr(self._raw, name)
+
+
+# tutti_stats' counters as SWIG wraps them (a property per field), in header order: a counter
+# added to tutti.h reaches stats() without a change here.
+_STATS_FIELDS = [f for f, v in vars(_c.tutti_stats).items()
+                 if isinstance(v, property) and f not in ("this", "thisown", "struct_size")]
 
 
 class _Handle:
@@ -223,11 +242,9 @@ class Runtime(_Handle):
         return Batch(self, op)
 
     def stats(self) -> dict:
+        """Every counter of tutti_stats (tutti.h), by its field name."""
         s = _split(_c.tutti_runtime_stats(self._handle()))
-        fields = ["num_layers", "bytes_read", "bytes_written", "ios", "lookups", "hit_chunks", "miss_chunks",
-                  "stored_chunks", "evictions", "failed_chunks", "slots_total", "slots_used", "layer_waits",
-                  "layer_wait_ns"]
-        return {f: getattr(s, f) for f in fields}
+        return {f: getattr(s, f) for f in _STATS_FIELDS}
 
     def layer_wait_ns(self) -> list:
         return _split(_c.tutti_runtime_layer_wait_ns(self._handle(), 4096))
