@@ -6,7 +6,6 @@
 #include <stdlib.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -409,6 +408,33 @@ TEST_P(GpuGraph, ReplayWaitsForEachLoad) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, GpuGraph, ::testing::Values("uring", "gpu-uring", "dram"));
 
+// Ends the process with a message if the test has not finished within 60 s (a hang is a
+// failure, not a stuck CI job); an early return of an ASSERT stops it too.
+class Watchdog {
+ public:
+  explicit Watchdog(std::string what) : t_([this, what = std::move(what)] {
+      std::unique_lock lock(mu_);
+      if (!cv_.wait_for(lock, std::chrono::seconds(60), [this] { return done_; })) {
+        std::fprintf(stderr, "%s in 60 s\n", what.c_str());
+        std::_Exit(1);
+      }
+    }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    t_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread t_;
+};
+
 // An engine whose stream-ordered waits sit on the legacy default stream (torch's default
 // stream): tutti's own threads must never queue work behind them, or the layer a wait is for
 // never lands. The per-block baseline's copies once did, and hung.
@@ -437,14 +463,7 @@ TEST_P(GpuLegacyStream, WaitsThereDoNotBlockTheLoad) {
 
   // Every layer's wait is queued on the legacy stream before its bytes can have landed; a
   // watchdog turns a hang into a failure.
-  std::atomic<bool> done{false};
-  std::thread watchdog([&] {
-    for (int i = 0; i < 600 && !done; ++i) usleep(100 * 1000);
-    if (!done) {
-      std::fprintf(stderr, "GpuLegacyStream: the load did not finish in 60 s (%s, %s)\n", c.backend, c.io_mode);
-      std::_Exit(1);
-    }
-  });
+  Watchdog watchdog(std::string("GpuLegacyStream: the load did not finish (") + c.backend + ", " + c.io_mode + ")");
   tutti_batch* b = nullptr;
   ASSERT_EQ(tutti_batch_create(rt, TUTTI_OP_LOAD, &b), 0);
   ASSERT_EQ(tutti_batch_add(b, r.data(), 1), 0);
@@ -453,40 +472,11 @@ TEST_P(GpuLegacyStream, WaitsThereDoNotBlockTheLoad) {
   EXPECT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
   EXPECT_EQ(tutti_batch_wait(b), 0) << tutti_last_error();
   tutti_batch_destroy(b);
-  done = true;
-  watchdog.join();
   EXPECT_EQ(kv.check(tokens, table.data(), 0, n), "");
   tutti_runtime_close(rt);
 }
 
-// Ends the process with a message if the test has not finished within 60 s (a hang is a
-// failure, not a stuck CI job); an early return of an ASSERT stops it too.
-class Watchdog {
- public:
-  explicit Watchdog(const char* what) : t_([this, what] {
-      std::unique_lock lock(mu_);
-      if (!cv_.wait_for(lock, std::chrono::seconds(60), [this] { return done_; })) {
-        std::fprintf(stderr, "%s in 60 s\n", what);
-        std::_Exit(1);
-      }
-    }) {}
-  ~Watchdog() {
-    {
-      std::lock_guard lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    t_.join();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread t_;
-};
-
-// Sets TUTTI_<KEY> for the runtimes opened while it lives.
+// Sets an environment variable (a TUTTI_* option) for the runtimes opened while it lives.
 struct ScopedEnv {
   ScopedEnv(const char* name, const char* value) : name(name) { setenv(name, value, 1); }
   ~ScopedEnv() { unsetenv(name); }

@@ -14,20 +14,19 @@ import json
 import sys
 
 from ..model_shapes import MODEL_SHAPES
+from .ttft import add_prompt_args, prefixes
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tutti.bench.attention", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--model", default="llama3-8b", choices=sorted(MODEL_SHAPES))
-    ap.add_argument("--tokens", type=int, default=32768, help="prompt length N (default 32768)")
-    ap.add_argument("--prefix", default="", help="comma-separated cached prefixes P (default N/8, N/2, 7N/8)")
+    add_prompt_args(ap)
     ap.add_argument("--iters", type=int, default=5, help="timed calls per method; the median is reported")
     ap.add_argument("--out", default=None, help="append one JSON line per (prefix, method)")
     a = ap.parse_args(argv)
     n = a.tokens
-    prefixes = sorted(int(x) for x in a.prefix.split(",")) if a.prefix else [n // 8, n // 2, 7 * n // 8]
-    if any(not 0 < p < n for p in prefixes):
+    cached = prefixes(a)
+    if any(not 0 < p < n for p in cached):
         ap.error(f"every prefix in (0, {n})")
     try:
         import torch
@@ -78,7 +77,7 @@ def main(argv=None) -> int:
     rows.append(dict(prefix=0, method="square", ms=ms, tflops=4 * heads * d * pairs / ms / 1e9, ok=True,
                      max_err=0.0, kernels=kernels(lambda: torch.nn.functional.scaled_dot_product_attention(
                          q_all, key, value, is_causal=True, enable_gqa=True))))
-    for p in prefixes:
+    for p in cached:
         q = q_all[:, :, p:]
         m = n - p
         pairs = m * p + m * (m + 1) / 2

@@ -27,13 +27,13 @@ import json
 import os
 import sys
 import time
-from typing import List
 
 from .. import Runtime
 from ..model_shapes import MODEL_SHAPES
-from .ttft import BLOCK_TOKENS, CHUNK_TOKENS, MATCH_COSINE, ReferenceEngine, drop_caches, log, percentile, run_config
+from .ttft import (BLOCK_TOKENS, CHUNK_TOKENS, MATCH_COSINE, Model, drop_caches, import_engine, log, percentile,
+                   run_config)
 
-torch = hf = PagedKv = PrefixLoad = store = None  # imported by main()
+torch = PrefixLoad = store = None  # imported by main()
 
 
 def parse_docs(spec: str):
@@ -51,12 +51,7 @@ class DocQa:
         self.a = a
         self.cuda = a.device == "cuda"
         shape = MODEL_SHAPES[a.model]
-        if a.engine == "hf":
-            self.model = hf.build(a.model, seed=a.seed, max_tokens=max(max(a.docs) + a.question, 8192))
-            dtype = torch.bfloat16
-        else:
-            self.model = ReferenceEngine(shape, a.seed, a.device)
-            dtype = torch.float32
+        self.model = Model(a, max(a.docs) + a.question)
         self.layers = shape["num_hidden_layers"]
         gen = torch.Generator().manual_seed(a.seed + 7)
         vocab = shape["vocab_size"]
@@ -65,22 +60,17 @@ class DocQa:
                         for d in self.docs]
         longest = max(p.shape[0] for p in self.prompts)
         per = (longest + BLOCK_TOKENS - 1) // BLOCK_TOKENS
-        self.kv = PagedKv(self.layers, 2 * per, BLOCK_TOKENS, shape["num_key_value_heads"], shape["head_dim"], dtype,
-                          a.device)
+        self.kv = self.model.paged_kv(2 * per)
         self.tables = [torch.arange(per, dtype=torch.int32), torch.arange(per, 2 * per, dtype=torch.int32)]
         self.kv_bytes = sum(a.docs) * 2 * shape["num_key_value_heads"] * shape["head_dim"] * \
             self.kv.kv[0].element_size() * self.layers
 
     def sync(self):
-        if self.cuda:
-            torch.cuda.synchronize()
+        self.model.sync()
 
     def forward(self, tokens, prefix, table, wait=None):
         """Queues the prefill; returns the last token's logits (not waited for)."""
-        if self.a.engine == "reference":
-            return self.model.forward(self.kv, tokens, prefix, table, wait)[0]
-        cache = hf.PagedCache(self.model.config, self.kv, table, prefix=prefix, wait=wait)
-        return hf.prefill(self.model, tokens, cache)
+        return self.model.forward(self.kv, tokens, prefix, table, wait)[0]
 
     def runtime(self, path: str, backend: str) -> Runtime:
         rt = Runtime(pool=path, capacity=max(int(self.kv_bytes * 1.15), 256 << 20), chunk_tokens=CHUNK_TOKENS,
@@ -99,7 +89,7 @@ class DocQa:
         return time.perf_counter() - t0
 
     def warm_queries(self):
-        """One query per distinct document length: (index, prompt)."""
+        """One document index per distinct document length."""
         seen = {}
         for i, n in enumerate(self.a.docs):
             seen.setdefault(n, i)
@@ -165,7 +155,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="llama3.2-1b", choices=sorted(MODEL_SHAPES))
     ap.add_argument("--docs", default="50x10240,16x65536", help="COUNTxTOKENS[,...] (default 50x10240,16x65536)")
     ap.add_argument("--question", type=int, default=64, help="tokens of each new question (default 64)")
-    ap.add_argument("--source", required=False, default=None, metavar="NAME=PATH[@BACKEND]",
+    ap.add_argument("--source", required=True, metavar="NAME=PATH[@BACKEND]",
                     help="the pool: NAME (zram, disk or dram) labels the rows; BACKEND (default posix) loads it")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--engine", default="hf", choices=["hf", "reference"])
@@ -176,28 +166,16 @@ def main(argv=None) -> int:
         a.docs = parse_docs(a.docs)
     except ValueError as e:
         ap.error(str(e))
-    if not a.source or "=" not in a.source:
-        ap.error("--source NAME=PATH[@BACKEND] is required")
     name, _, rest = a.source.partition("=")
     path, _, backend = rest.partition("@")
     if name not in ("zram", "disk", "dram") or not path:
         ap.error(f"--source {a.source!r}: NAME=PATH[@BACKEND] with NAME zram, disk or dram")
     if a.question < 1:
         ap.error("--question: at least 1 token")
-    if a.device == "cpu" and a.engine == "hf":
-        ap.error("--device cpu needs --engine reference")
-    global torch, hf, PagedKv, PrefixLoad, store
-    try:
-        import torch
-        from ..layerwise import PagedKv, PrefixLoad, store
-        if a.engine == "hf":
-            from .. import hf
-    except ImportError as e:
-        log(f"docqa: {e}: this benchmark needs torch (and, for --engine hf, transformers)")
+    modules = import_engine(ap, a, "docqa")
+    if modules is None:
         return 77
-    if a.device == "cuda" and not torch.cuda.is_available():
-        log("docqa: no CUDA device for torch")
-        return 77
+    globals().update({name: modules[name] for name in ("torch", "PrefixLoad", "store")})
     b = DocQa(a)
     log(f"{a.model}: {len(a.docs)} documents, {sum(a.docs)} tokens, {b.kv_bytes / 2**30:.1f} GiB of KV; "
         f"the engine's cache holds 2 prompts ({2 * b.tables[0].shape[0] * BLOCK_TOKENS} tokens)")

@@ -71,20 +71,75 @@ def percentile(xs: List[float], p: float) -> float:
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
 
 
-class ReferenceEngine:
-    """tutti.reference_llama in place of transformers (--engine reference): the same protocol
-    and rows, on the CPU too, so CI runs the whole benchmark at a tiny size."""
+def add_prompt_args(ap: argparse.ArgumentParser, model: str = "llama3-8b") -> None:
+    """The benchmarks' prompt: --model, --tokens N and --prefix (see prefixes())."""
+    ap.add_argument("--model", default=model, choices=sorted(MODEL_SHAPES))
+    ap.add_argument("--tokens", type=int, default=32768, help="prompt length N (default 32768)")
+    ap.add_argument("--prefix", default="", help="comma-separated cached prefixes P (default N/8, N/2, 7N/8)")
 
-    def __init__(self, shape: dict, seed: int, device: str):
-        from ..reference_llama import LlamaShape, ReferenceLlama
-        self.shape = LlamaShape(layers=shape["num_hidden_layers"], hidden=shape["hidden_size"],
-                                heads=shape["num_attention_heads"], kv_heads=shape["num_key_value_heads"],
-                                head_dim=shape["head_dim"], intermediate=shape["intermediate_size"],
-                                vocab=shape["vocab_size"])
-        self.model = ReferenceLlama(self.shape, seed=seed, device=device)
 
-    def forward(self, kv, tokens, prefix, table, wait):
-        return self.model.prefill(tokens, kv, table, prefix=prefix, before_attention=wait)[-1], NoEvents()
+def prefixes(a) -> List[int]:
+    return sorted(int(x) for x in a.prefix.split(",")) if a.prefix else [a.tokens // 8, a.tokens // 2, 7 * a.tokens // 8]
+
+
+def import_engine(ap: argparse.ArgumentParser, a, prog: str) -> Optional[dict]:
+    """Imports torch, tutti.layerwise and (--engine hf) tutti.hf for the benchmarks and returns
+    them by name; None, having said why, where they or a CUDA device for torch are missing (the
+    caller exits 77: skipped)."""
+    if a.device == "cpu" and a.engine == "hf":
+        ap.error("--device cpu needs --engine reference")
+    global torch, hf, PagedKv, PrefixLoad, store
+    try:
+        import torch
+        from ..layerwise import PagedKv, PrefixLoad, store
+        if a.engine == "hf":
+            from .. import hf
+    except ImportError as e:
+        log(f"{prog}: {e}: this benchmark needs torch (and, for --engine hf, transformers)")
+        return None
+    if a.device == "cuda" and not torch.cuda.is_available():
+        log(f"{prog}: no CUDA device for torch: run it on a GPU, or with --engine reference --device cpu")
+        return None
+    return dict(torch=torch, hf=hf, PagedKv=PagedKv, PrefixLoad=PrefixLoad, store=store)
+
+
+class Model:
+    """The model a benchmark prefills over a PagedKv: transformers' LlamaForCausalLM with random
+    weights (--engine hf), or tutti.reference_llama (--engine reference: the same protocol and
+    rows, on the CPU too, so CI runs the benchmarks at a tiny size)."""
+
+    def __init__(self, a, max_tokens: int):
+        self.shape = MODEL_SHAPES[a.model]
+        self.device = a.device
+        self.hf = a.engine == "hf"
+        if self.hf:
+            self.llama = hf.build(a.model, seed=a.seed, max_tokens=max(max_tokens, 8192))
+            self.dtype = torch.bfloat16
+        else:
+            from ..reference_llama import LlamaShape, ReferenceLlama
+            s = self.shape
+            self.llama = ReferenceLlama(LlamaShape(layers=s["num_hidden_layers"], hidden=s["hidden_size"],
+                                                   heads=s["num_attention_heads"], kv_heads=s["num_key_value_heads"],
+                                                   head_dim=s["head_dim"], intermediate=s["intermediate_size"],
+                                                   vocab=s["vocab_size"]), seed=a.seed, device=a.device)
+            self.dtype = torch.float32
+
+    def paged_kv(self, blocks: int):
+        s = self.shape
+        return PagedKv(s["num_hidden_layers"], blocks, BLOCK_TOKENS, s["num_key_value_heads"], s["head_dim"],
+                       self.dtype, self.device)
+
+    def forward(self, kv, tokens, prefix, table, wait=None, events=False):
+        """Queues the prefill of tokens[prefix:] over kv's cached prefix; returns the last
+        token's logits (not waited for) and what measured the waits (a PagedCache's events)."""
+        if not self.hf:
+            return self.llama.prefill(tokens, kv, table, prefix=prefix, before_attention=wait)[-1], NoEvents()
+        cache = hf.PagedCache(self.llama.config, kv, table, prefix=prefix, wait=wait, events=events)
+        return hf.prefill(self.llama, tokens, cache), cache
+
+    def sync(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
 
 
 class NoEvents:
@@ -100,12 +155,7 @@ class Bench:
         self.a = args
         self.cuda = args.device == "cuda"
         shape = MODEL_SHAPES[args.model]
-        if args.engine == "hf":
-            self.model = hf.build(args.model, seed=args.seed, max_tokens=max(args.tokens, 8192))
-            dtype = torch.bfloat16
-        else:
-            self.model = ReferenceEngine(shape, args.seed, args.device)
-            dtype = torch.float32
+        self.model = Model(args, args.tokens)
         self.layers, self.kv_heads, self.head_dim = (shape["num_hidden_layers"], shape["num_key_value_heads"],
                                                      shape["head_dim"])
         self.n = args.tokens
@@ -114,7 +164,7 @@ class Bench:
         self.tokens = torch.randint(0, vocab, (self.n,), generator=gen, dtype=torch.int32)
         self.other = torch.randint(0, vocab, (self.n,), generator=gen, dtype=torch.int32)  # the stored prompt
         nb = (self.n + BLOCK_TOKENS - 1) // BLOCK_TOKENS
-        self.kv = PagedKv(self.layers, 2 * nb, BLOCK_TOKENS, self.kv_heads, self.head_dim, dtype, args.device)
+        self.kv = self.model.paged_kv(2 * nb)
         self.table = torch.arange(nb, dtype=torch.int32)
         self.table_other = torch.arange(nb, 2 * nb, dtype=torch.int32)
         self.bytes_per_token_layer = 2 * self.kv_heads * self.head_dim * self.kv.kv[0].element_size()
@@ -184,14 +234,10 @@ class Bench:
     # ---- compute only ------------------------------------------------------------------------
 
     def sync(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize()
+        self.model.sync()
 
     def forward(self, tokens, prefix, table, wait=None, events=False):
-        if self.a.engine == "reference":
-            return self.model.forward(self.kv, tokens, prefix, table, wait)
-        cache = hf.PagedCache(self.model.config, self.kv, table, prefix=prefix, wait=wait, events=events)
-        return hf.prefill(self.model, tokens, cache), cache
+        return self.model.forward(self.kv, tokens, prefix, table, wait, events)
 
     def compute_rows(self) -> None:
         log(f"{self.a.model}, {self.n} tokens: warm-up, recompute, floors")
@@ -383,9 +429,7 @@ class Bench:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tutti.bench.ttft", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--model", default="llama3-8b", choices=sorted(MODEL_SHAPES))
-    ap.add_argument("--tokens", type=int, default=32768, help="prompt length N (default 32768)")
-    ap.add_argument("--prefix", default="", help="comma-separated cached prefixes P (default N/8, N/2, 7N/8)")
+    add_prompt_args(ap)
     ap.add_argument("--source", action="append", default=[], metavar="NAME=PATH[@BACKENDS]",
                     help="a pool to load from: zram, disk or dram (a pool under /dev/shm), and the "
                          "comma-separated backends to load it with (default: " +
@@ -407,7 +451,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="ttft.jsonl", help="JSON lines, appended; rows already there are skipped")
     a = ap.parse_args(argv)
     n = a.tokens
-    a.prefix = sorted(int(x) for x in a.prefix.split(",")) if a.prefix else [n // 8, n // 2, 7 * n // 8]
+    a.prefix = prefixes(a)
     a.modes = a.modes.split(",")
     for p in a.prefix:
         if p <= 0 or p >= n or p % CHUNK_TOKENS:
@@ -423,19 +467,7 @@ def main(argv=None) -> int:
             ap.error(f"--source {s!r}: NAME=PATH[@BACKENDS] with NAME zram, disk or dram")
         sources.append((name, path, [x for x in backends.split(",") if x] or BACKENDS[name]))
     a.backends = {name: backends for name, _, backends in sources}
-    if a.device == "cpu" and a.engine == "hf":
-        ap.error("--device cpu needs --engine reference")
-    global torch, hf, PagedKv, PrefixLoad, store
-    try:
-        import torch
-        from ..layerwise import PagedKv, PrefixLoad, store
-        if a.engine == "hf":
-            from .. import hf
-    except ImportError as e:
-        log(f"ttft: {e}: this benchmark needs torch (and, for --engine hf, transformers)")
-        return 77
-    if a.device == "cuda" and not torch.cuda.is_available():
-        log("ttft: no CUDA device for torch: run it on a GPU, or with --engine reference --device cpu")
+    if import_engine(ap, a, "ttft") is None:
         return 77
     b = Bench(a)
     b.compute_rows()
