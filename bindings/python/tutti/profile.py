@@ -16,7 +16,6 @@ first-byte latency (a one-chunk load). Each source's profile goes to OUT/<model>
 `python -m tutti.bench.ttft --profile OUT` measures what the decisions give.
 """
 import argparse
-import json
 import os
 import sys
 import tempfile
