@@ -143,8 +143,10 @@ TUTTI_API const char* tutti_last_error(void);
  *                    chunk-layers most recently stored or loaded: a load of one still there
  *                    is a memcpy, not an I/O. Write-through; the pool stays the truth. With the
  *                    CPU producers (uring, posix, passthru, nvme), also into CUDA memory.
- *   staging          bytes of aligned staging memory (default 256M). A load into CUDA memory
- *                    holds one layer of the whole batch in staging until its copy kernel ran.
+ *   staging          bytes of aligned staging memory (default 256M), at least one chunk-layer.
+ *                    A load into CUDA memory holds each chunk-layer's buffer until a copy
+ *                    kernel moved it into the blocks; what does not fit goes in waves. Only
+ *                    gpu-uring holds a whole layer of the batch, and refuses a smaller staging.
  *   device_staging   bytes of GPU memory, half for loads and half for stores, that bytes
  *                    between host memory (staging of uring, posix, passthru, nvme; the dram
  *                    pool) and CUDA memory cross through on the GPU's copy engines; the copy

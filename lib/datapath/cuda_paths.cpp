@@ -41,26 +41,45 @@ DeviceBatch::~DeviceBatch() { dev_.host_free(pinned_); }
 
 namespace {
 
-// ---- staged-cuda: CPU or cuFile I/O into staging, one copy kernel per layer -----------------
+// ---- staged-cuda: CPU or cuFile I/O into staging, one copy kernel per wave -----------------
 
 class StagedCudaRun final : public IoRun {
  public:
   StagedCudaRun(const PathParts& parts, bool load, std::deque<PathChunk>& chunks, PathSink& sink)
       : IoRun(parts, load, chunks, sink, {{0, parts.kv->shape().layer_bytes()}}, parts.staging, *parts.backend),
         mem_(*parts.device, *parts.kv, chunks, parts.kv->shape().layers, false, verify_),
-        scattered_(parts.kv->shape().layers) {}
+        scattered_(size_t{parts.kv->shape().layers} * chunks.size()) {}
 
-  // On a CUDA thread, once the layer's scatter (and checksum) kernels have run.
-  void landed(uint32_t layer) {
-    for (LayerOp& op : ops(layer)) staging_->release(op.stage);
+  // On a CUDA thread, once the wave's scatter (and checksum) kernels have run over its first n
+  // ops' chunks.
+  void landed(Wave& w, uint32_t n) {
+    for (uint32_t j = 0; j < w.count; ++j) staging_->release(ops(w.layer)[w.first + j].stage);
     if (verify_) {
-      const uint64_t* terms = mem_.terms(layer);
-      for (size_t j = 0; j < scattered_[layer].size(); ++j) check_terms(scattered_[layer][j], layer, terms[j]);
+      const uint64_t* terms = mem_.terms(w.layer) + w.first;
+      for (uint32_t j = 0; j < n; ++j) check_terms(scattered(w)[j], w.layer, terms[j]);
     }
-    sink_.layer_landed(layer);
+    wave_landed(w.layer);
   }
 
  private:
+  struct LandedWave {  // the CUDA host callback's argument
+    StagedCudaRun* run;
+    Wave* wave;
+    uint32_t n;
+    static void call(void* arg) {
+      auto* c = static_cast<LandedWave*>(arg);
+      StagedCudaRun* run = c->run;
+      Wave& w = *c->wave;
+      const uint32_t n = c->n;
+      delete c;
+      run->landed(w, n);
+    }
+  };
+
+  // The chunk of each of the wave's copies, in order (one op per chunk-layer, so a wave's
+  // copies fit in the layer's from its first op on).
+  uint32_t* scattered(const Wave& w) { return scattered_.data() + size_t{w.layer} * chunks_.size() + w.first; }
+
   void prepare(LayerOp& op) override {
     if (!op.write) return;
     zero_padding(op.buf);  // the gather kernel filled the rest
@@ -85,30 +104,33 @@ class StagedCudaRun final : public IoRun {
     }
   }
 
-  // A load's layer is in staging: one kernel scatters it into the blocks.
-  void io_over(uint32_t layer) override {
-    if (!load_) return sink_.layer_landed(layer);
-    gpu::ChunkCopy* copies = mem_.copies(layer);
-    std::vector<uint32_t>& scattered = scattered_[layer];
-    for (LayerOp& op : ops(layer))
-      if (!failed(op.item)) {
-        copies[scattered.size()] = gpu::ChunkCopy{staging_->device_address(op.stage), chunks_[op.item].first_block};
-        scattered.push_back(op.item);
-      }
-    auto* arg = new LandedCall<StagedCudaRun>{this, layer};
+  // A load's wave is in staging: one kernel scatters it into the blocks.
+  void wave_over(Wave& w) override {
+    gpu::ChunkCopy* copies = mem_.copies(w.layer) + w.first;
+    uint32_t* items = scattered(w);
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < w.count; ++j) {
+      const LayerOp& op = ops(w.layer)[w.first + j];
+      if (failed(op.item)) continue;
+      copies[n] = gpu::ChunkCopy{staging_->device_address(op.stage), chunks_[op.item].first_block};
+      items[n++] = op.item;
+    }
+    const uint64_t terms = mem_.terms_dev(w.layer);
+    auto* arg = new LandedWave{this, &w, n};
     try {
-      p_.device->scatter(kv_.copy_layout(), kv_.k(layer), kv_.v(layer), mem_.copies_dev(layer), scattered.size(),
-                         mem_.ids(), LandedCall<StagedCudaRun>::call, arg, 0, mem_.terms_dev(layer),
+      p_.device->scatter(kv_.copy_layout(), kv_.k(w.layer), kv_.v(w.layer),
+                         mem_.copies_dev(w.layer) + uint64_t{w.first} * sizeof(gpu::ChunkCopy), n, mem_.ids(),
+                         LandedWave::call, arg, 0, terms ? terms + uint64_t{w.first} * sizeof(uint64_t) : 0,
                          !staging_->in_device_memory());
     } catch (const Error& e) {
-      for (uint32_t i : scattered) fail(i, layer, e.code(), e.what());
-      scattered.clear();
-      LandedCall<StagedCudaRun>::call(arg);
+      for (uint32_t j = 0; j < n; ++j) fail(items[j], w.layer, e.code(), e.what());
+      arg->n = 0;
+      LandedWave::call(arg);
     }
   }
 
   DeviceBatch mem_;
-  std::vector<std::vector<uint32_t>> scattered_;  // per layer: the chunk of each copy, in order
+  std::vector<uint32_t> scattered_;  // per layer and op: the chunk of each copy
 };
 
 // ---- per-block in CUDA memory: one copy and one I/O per block's K or V ---------------------
@@ -260,13 +282,7 @@ class CudaPath final : public LayerPath {
 
   std::unique_ptr<PathRun> plan(bool load, std::deque<PathChunk>& chunks, PathSink& sink) override {
     if (kind_ == kMapped) return std::make_unique<MappedCudaRun>(p_, load, chunks, sink);
-    if (kind_ == kStaged) {
-      TUTTI_EXPECT(!load || chunks.size() <= p_.staging->count(),
-                   "a load into CUDA memory stages a whole layer: " + std::to_string(chunks.size()) +
-                       " chunks need staging >= " + std::to_string(chunks.size() * p_.staging->buffer_bytes()) +
-                       " bytes (option staging / TUTTI_STAGING)");
-      return std::make_unique<StagedCudaRun>(p_, load, chunks, sink);
-    }
+    if (kind_ == kStaged) return std::make_unique<StagedCudaRun>(p_, load, chunks, sink);
     return std::make_unique<PerBlockCudaRun>(p_, load, chunks, sink, per_block_ranges(*p_.kv));
   }
 

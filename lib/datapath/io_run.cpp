@@ -102,7 +102,8 @@ IoRun::IoRun(const PathParts& parts, bool load, std::deque<PathChunk>& chunks, P
       ranges_(std::move(ranges)),
       backend_(backend),
       ops_(kv_.shape().layers),
-      pending_(std::make_unique<std::atomic<uint32_t>[]>(kv_.shape().layers)) {}
+      pending_(std::make_unique<std::atomic<uint32_t>[]>(kv_.shape().layers)),
+      landing_(std::make_unique<std::atomic<uint32_t>[]>(kv_.shape().layers)) {}
 
 void IoRun::zero_padding(std::byte* extent) const {
   const Shape& s = kv_.shape();
@@ -126,12 +127,16 @@ void IoRun::issue(uint32_t layer) {
     }
   }
   pending_[layer].store(static_cast<uint32_t>(ops.size()) + 1);  // +1 held until all are issued
+  const bool waves = load_ && holds_staging();
+  if (waves) landing_[layer].store(1);
   p_.counters->ios += ops.size();
   // Submit in groups; when staging runs out, hand over what is ready before blocking, so the
-  // I/Os that will free buffers are already on their way.
+  // I/Os that will free buffers are already on their way (with waves: close the wave, whose
+  // kernel frees its buffers once its I/Os are over).
   std::vector<IoOp*> group;
   group.reserve(64);
   size_t first = 0;  // index in `ops` of the group's first op
+  Wave* wave = nullptr;
   auto flush = [&] {
     if (group.empty()) return;
     if (!load_) before_submit(group, first);
@@ -139,17 +144,36 @@ void IoRun::issue(uint32_t layer) {
     first += group.size();
     group.clear();
   };
+  auto close_wave = [&] {
+    if (wave && wave->pending.fetch_sub(1) == 1) wave_over(*wave);
+    wave = nullptr;
+  };
   for (LayerOp& op : ops) {
     if (staging_ && !staging_->try_acquire(&op.stage)) {
       flush();
+      close_wave();
       op.stage = staging_->acquire();
+    }
+    if (waves) {
+      if (!wave) {
+        landing_[layer].fetch_add(1);
+        wave = &waves_.emplace_back(layer, static_cast<uint32_t>(&op - ops.data()));
+      }
+      ++wave->count;
+      wave->pending.fetch_add(1);
+      op.wave = wave;
     }
     group.push_back(&op);
     if (group.size() == 64) flush();
   }
   flush();
-  // Drop the issue hold; if every op already finished, this completes the layer.
-  if (pending_[layer].fetch_sub(1) == 1) io_over(layer);
+  close_wave();
+  // Drop the issue hold; if every op already finished, this completes the layer's I/O.
+  if (pending_[layer].fetch_sub(1) == 1) waves ? wave_landed(layer) : io_over(layer);
+}
+
+void IoRun::wave_landed(uint32_t layer) {
+  if (landing_[layer].fetch_sub(1) == 1) sink_.layer_landed(layer);
 }
 
 void IoRun::op_done(LayerOp& op, int64_t res) {
@@ -163,7 +187,8 @@ void IoRun::op_done(LayerOp& op, int64_t res) {
                          : std::string(op.write ? "short write to " : "short read of ") + at + " (" + std::to_string(res) +
                                " of " + std::to_string(op.length) + " bytes)");
   }
-  if (pending_[op.layer].fetch_sub(1) == 1) io_over(op.layer);
+  if (op.wave && op.wave->pending.fetch_sub(1) == 1) wave_over(*op.wave);
+  if (pending_[op.layer].fetch_sub(1) == 1) op.wave ? wave_landed(op.layer) : io_over(op.layer);
 }
 
 void LayerOp::prepare() {

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -111,6 +112,17 @@ struct LandedCall {
 
 class IoRun;
 
+// A load that holds its staging until a copy kernel moved it on (IoRun::holds_staging) hands a
+// layer to the kernel in waves: the ops submitted before staging ran out. A wave's kernel frees
+// its buffers for the next, so a layer needs no more staging than one buffer.
+struct Wave {
+  Wave(uint32_t layer, uint32_t first) : layer(layer), first(first) {}
+  const uint32_t layer;
+  const uint32_t first;                 // its first op's index in the layer's ops
+  uint32_t count = 0;                   // written by the issuer until the wave closes
+  std::atomic<uint32_t> pending{1};     // ops not over, +1 until the wave closes
+};
+
 // One I/O of a run: object bytes [lo, hi) of one chunk's layer.
 class LayerOp final : public IoOp {
  public:
@@ -123,6 +135,7 @@ class LayerOp final : public IoOp {
   uint64_t lo = 0, hi = 0;
   Staging::Buffer stage;  // data == nullptr: straight to the blocks
   std::vector<iovec> iovs;
+  Wave* wave = nullptr;   // a load that holds staging: the wave it belongs to
 };
 
 // Runs of the CPU producers. A subclass says how an op's bytes meet the blocks.
@@ -141,14 +154,21 @@ class IoRun : public RunBase {
   // On an I/O thread after a whole read: check and move the bytes on; returns res, or -EBADMSG
   // for a checksum mismatch, or -errno.
   virtual int64_t read_over(LayerOp& op, int64_t res) = 0;
-  // Whether a load's staging stays held after its op (until the layer's copy kernel ran).
+  // Whether a load's staging stays held after its op (until its wave's copy kernel ran).
   virtual bool holds_staging() const { return false; }
+  // A load that holds staging: every op of wave `w` is over. Ends with wave_landed(w.layer),
+  // here or later (on a CUDA thread).
+  virtual void wave_over(Wave& w) { wave_landed(w.layer); }
+  // One of the layer's waves is in the blocks; the last, once the layer's I/O is all over,
+  // lands the layer.
+  void wave_landed(uint32_t layer);
   // A store's group of ops, before they are submitted (the gather kernel fills their staging).
   virtual void before_submit(std::span<IoOp* const> group, size_t first) {
     (void)group;
     (void)first;
   }
-  // Every op of `layer` is over; ends with sink_.layer_landed(layer), here or later.
+  // Every op of `layer` is over (without waves); ends with sink_.layer_landed(layer), here or
+  // later.
   virtual void io_over(uint32_t layer) { sink_.layer_landed(layer); }
 
   // A store's padding after K and after V is checksummed: it must hold defined bytes.
@@ -164,6 +184,8 @@ class IoRun : public RunBase {
   Backend& backend_;
   std::vector<std::vector<LayerOp>> ops_;             // per layer, filled when it is issued
   std::unique_ptr<std::atomic<uint32_t>[]> pending_;  // ops outstanding per layer
+  std::unique_ptr<std::atomic<uint32_t>[]> landing_;  // with waves: waves not landed per layer, +1 until its I/O is over
+  std::deque<Wave> waves_;                            // appended by the issuer; elements never move
 };
 
 }  // namespace tutti

@@ -109,7 +109,7 @@ struct DeviceKv {
 
 tutti_runtime* open_runtime(const std::string& pool, const char* backend, const tutti_kv_layout& l, bool verify = true,
                             const char* io_mode = "object", int* rc_out = nullptr,
-                            const char* device_staging = nullptr) {
+                            const char* device_staging = nullptr, const char* staging = nullptr) {
   tutti_options* o = nullptr;
   tutti_options_create(&o);
   tutti_options_set(o, "pool", pool.c_str());
@@ -119,6 +119,7 @@ tutti_runtime* open_runtime(const std::string& pool, const char* backend, const 
   tutti_options_set(o, "io_mode", io_mode);
   tutti_options_set(o, "verify", verify ? "on" : "unsafe-off");
   if (device_staging) tutti_options_set(o, "device_staging", device_staging);
+  if (staging) tutti_options_set(o, "staging", staging);
   tutti_runtime* rt = nullptr;
   int rc = tutti_runtime_open(o, &rt);
   tutti_options_destroy(o);
@@ -161,6 +162,9 @@ struct Case {
   // Option device_staging (null: the default). The chunk-layers here are 256 KiB: "0" makes the
   // copy kernels read host memory in place, "512K" moves one chunk per DMA and scatter, "1M" two.
   const char* device_staging = nullptr;
+  // Option staging (null: the default). Below a layer of the batch ("1M": four chunk-layers, a
+  // layer here has up to 22) a load into HBM goes in waves, each scattered as its reads land.
+  const char* staging = nullptr;
 };
 
 class GpuRoundTrip : public ::testing::TestWithParam<Case> {};
@@ -172,7 +176,7 @@ TEST_P(GpuRoundTrip, StoreFromHbmLoadIntoHbm) {
   DeviceKv kv(layers, blocks, bt, 8, 128, c.hnd);
   int rc = 0;
   tutti_runtime* rt = open_runtime(dir.path + "/pool", c.backend, kv.layout, c.verify, c.io_mode, &rc,
-                                   c.device_staging);
+                                   c.device_staging, c.staging);
   if (rc == TUTTI_EUNSUPPORTED && std::string(c.backend) == "cufile") GTEST_SKIP() << tutti_last_error();
   ASSERT_NE(rt, nullptr) << tutti_strerror(rc) << ": " << tutti_last_error();
 
@@ -227,7 +231,10 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GpuRoundTrip,
                                            Case{"posix", 1, true, false, "object", "512K"},
                                            Case{"uring", 0, true, false, "object", "1536K"},
                                            Case{"dram", 0, true, true, "object", "0"},
-                                           Case{"dram", 1, true, true, "object", "1536K"}));
+                                           Case{"dram", 1, true, true, "object", "1536K"},
+                                           Case{"uring", 0, true, false, "object", nullptr, "1M"},
+                                           Case{"posix", 1, true, true, "object", "512K", "256K"},
+                                           Case{"uring", 0, true, false, "object", "0", "768K"}));
 
 // A byte flipped in a stored extent on disk: with the default checks, whichever path loads it
 // (the CPU producers, gpu-uring, dram, cufile, the per-block baseline), that chunk fails with
@@ -242,7 +249,7 @@ TEST_P(GpuCorrupt, FlippedByteIsCaught) {
   DeviceKv kv(layers, blocks, bt, 8, 128, c.hnd);
   const std::string pool = dir.path + "/pool";
   int rc = 0;
-  tutti_runtime* rt = open_runtime(pool, c.backend, kv.layout, true, c.io_mode, &rc, c.device_staging);
+  tutti_runtime* rt = open_runtime(pool, c.backend, kv.layout, true, c.io_mode, &rc, c.device_staging, c.staging);
   if (rc == TUTTI_EUNSUPPORTED && std::string(c.backend) == "cufile") GTEST_SKIP() << tutti_last_error();
   ASSERT_NE(rt, nullptr) << tutti_strerror(rc) << ": " << tutti_last_error();
   std::vector<int32_t> table(blocks), tokens(n);
@@ -269,7 +276,7 @@ TEST_P(GpuCorrupt, FlippedByteIsCaught) {
   std::fputc(byte ^ 0x10, f);
   std::fclose(f);
 
-  rt = open_runtime(pool, c.backend, kv.layout, true, c.io_mode, nullptr, c.device_staging);
+  rt = open_runtime(pool, c.backend, kv.layout, true, c.io_mode, nullptr, c.device_staging, c.staging);
   ASSERT_NE(rt, nullptr);
   kv.zero();
   tutti_batch* b = nullptr;
@@ -297,7 +304,8 @@ INSTANTIATE_TEST_SUITE_P(Paths, GpuCorrupt,
                                            Case{"uring", 0, true, false, "per-block-baseline"},
                                            Case{"posix", 0, true, false, "object", "0"},
                                            Case{"posix", 0, true, false, "object", "1M"},
-                                           Case{"dram", 0, true, true, "object", "1M"}));
+                                           Case{"dram", 0, true, true, "object", "1M"},
+                                           Case{"uring", 0, true, false, "object", nullptr, "512K"}));
 
 // Device staging must hold one chunk-layer each way (two in all): less is refused when the KV
 // cache is registered, with the option's name in the error.
@@ -542,6 +550,45 @@ TEST_P(GpuEpochs, AWaitNeverPassesBeforeAnOlderBatchsLayer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WaitModes, GpuEpochs, ::testing::Values("host", "gpu"));
+
+// Two loads in flight at once, each with a layer of 60 chunk-layers, through a staging of four:
+// each layer goes into HBM in waves that free their buffers as their copy kernels run, so
+// neither batch waits for buffers the other holds (loads that staged whole layers refused this
+// and, with two batches that fit alone, could deadlock). Both land their own bytes.
+TEST(GpuWaves, ConcurrentLoadsThroughStagingSmallerThanALayer) {
+  Dir dir;
+  const uint32_t layers = 6, blocks = 480, bt = 16;
+  DeviceKv kv(layers, blocks, bt, 8, 128, 0);
+  tutti_runtime* rt = open_runtime(dir.path + "/pool", "uring", kv.layout, true, "object", nullptr, nullptr, "1M");
+  ASSERT_NE(rt, nullptr);
+  std::vector<int32_t> table(blocks), one(240 * bt), two(240 * bt);
+  for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>((i * 7) % blocks);
+  for (size_t i = 0; i < one.size(); ++i) one[i] = static_cast<int32_t>(i * 3 + 1), two[i] = static_cast<int32_t>(i * 5 + 2);
+  const int32_t* table_two = table.data() + 240;
+  kv.fill(one, table.data());
+  kv.fill(two, table_two, 1);
+  std::vector<tutti_request> r{whole_prompt(one, table.data(), bt), whole_prompt(two, table_two, bt)};
+  ASSERT_EQ(run(rt, TUTTI_OP_STORE, r, layers), 0) << tutti_last_error();
+
+  Watchdog watchdog("GpuWaves: the loads did not finish");
+  for (int round = 0; round < 3; ++round) {
+    kv.zero();
+    tutti_batch *a = nullptr, *b = nullptr;
+    ASSERT_EQ(tutti_batch_create(rt, TUTTI_OP_LOAD, &a), 0);
+    ASSERT_EQ(tutti_batch_add(a, &r[0], 1), 0);
+    ASSERT_EQ(tutti_batch_create(rt, TUTTI_OP_LOAD, &b), 0);
+    ASSERT_EQ(tutti_batch_add(b, &r[1], 1), 0);
+    ASSERT_EQ(tutti_batch_submit(a), 0);
+    ASSERT_EQ(tutti_batch_submit(b), 0);
+    EXPECT_EQ(tutti_batch_wait(b), 0) << tutti_last_error();
+    EXPECT_EQ(tutti_batch_wait(a), 0) << tutti_last_error();
+    tutti_batch_destroy(a);
+    tutti_batch_destroy(b);
+    EXPECT_EQ(kv.check(one, table.data(), 0, one.size()), "") << "round " << round;
+    EXPECT_EQ(kv.check(two, table_two, 0, two.size(), 1), "") << "round " << round;
+  }
+  tutti_runtime_close(rt);
+}
 
 // An engine with many streams (more than the device's hardware queues, so they share them)
 // waits on each of them for every layer of a load that is slower than its work, and queues

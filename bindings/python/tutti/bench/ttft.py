@@ -277,8 +277,9 @@ class Bench:
         kv_bytes = self.n * self.bytes_per_token_layer * self.layers
         # Room for the prompt, and for the other prompts stored by the store rows (new keys each).
         room = 1.2 + ((1 + self.a.repeat) * max(map(len, self.a.backends.values())) if "store" in self.a.modes else 0)
-        # A load into CUDA memory stages a whole layer of the batch (tutti.h, option staging): room
-        # for the prompt's layer and a stored prompt's, above the default 256M for long prompts.
+        # gpu-uring stages a whole layer of the batch (tutti.h, option staging): room for the
+        # prompt's layer and a stored prompt's, above the default 256M for long prompts. The
+        # other backends go in waves through any staging; they get the same, for like rows.
         layer = self.n * self.bytes_per_token_layer
         staging = f"{max(256 << 20, 2 * layer + (64 << 20)) >> 20}M"
         rt = Runtime(pool=path, capacity=max(int(kv_bytes * room), 256 << 20), chunk_tokens=CHUNK_TOKENS, backend=backend,
