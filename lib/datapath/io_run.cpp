@@ -149,10 +149,10 @@ void IoRun::issue(uint32_t layer) {
     wave = nullptr;
   };
   for (LayerOp& op : ops) {
-    if (staging_ && !staging_->try_acquire(&op.stage)) {
+    if (staging_ && !staging_->try_acquire(&op.stage, !load_)) {
       flush();
       close_wave();
-      op.stage = staging_->acquire();
+      op.stage = staging_->acquire(!load_);
     }
     if (waves) {
       if (!wave) {

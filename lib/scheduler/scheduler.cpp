@@ -4,7 +4,8 @@
 
 namespace tutti {
 
-Scheduler::Scheduler(unsigned lookahead) : lookahead_(lookahead ? lookahead : 1), thread_([this] { run(); }) {}
+Scheduler::Scheduler(unsigned lookahead)
+    : lookahead_(lookahead ? lookahead : 1), loader_([this] { run(false); }), storer_([this] { run(true); }) {}
 
 Scheduler::~Scheduler() {
   {
@@ -12,7 +13,8 @@ Scheduler::~Scheduler() {
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  loader_.join();
+  storer_.join();
 }
 
 // Wake-ups are sent under the lock: an I/O thread that calls in here must be done with the
@@ -34,27 +36,26 @@ void Scheduler::notify() {
   cv_.notify_all();
 }
 
-Scheduled* Scheduler::pick(unsigned* layer) {
-  auto ready = [&](Scheduled* b) { return b->next_issue < b->layers() && b->next_issue < b->done_prefix() + lookahead_; };
-  for (std::deque<Scheduled*>* q : {&loads_, &stores_}) {
-    for (auto it = q->begin(); it != q->end(); ++it) {
-      Scheduled* b = *it;
-      if (!ready(b)) continue;
-      *layer = b->next_issue++;
-      // Once its last layer is handed out the batch may finish (and be freed) at any time.
-      if (b->next_issue == b->layers()) q->erase(it);
-      return b;
-    }
-    if (!loads_.empty()) return nullptr;  // reads before writes
+Scheduled* Scheduler::pick(bool stores, unsigned* layer) {
+  if (stores && !loads_.empty()) return nullptr;  // reads before writes
+  std::deque<Scheduled*>& q = stores ? stores_ : loads_;
+  for (auto it = q.begin(); it != q.end(); ++it) {
+    Scheduled* b = *it;
+    if (b->next_issue >= b->layers() || b->next_issue >= b->done_prefix() + lookahead_) continue;
+    *layer = b->next_issue++;
+    // Once its last layer is handed out the batch may finish (and be freed) at any time.
+    if (b->next_issue == b->layers()) q.erase(it);
+    if (!stores && loads_.empty()) cv_.notify_all();  // the store thread may go on
+    return b;
   }
   return nullptr;
 }
 
-void Scheduler::run() {
-  name_this_thread("tutti-sched");
+void Scheduler::run(bool stores) {
+  name_this_thread(stores ? "tutti-sched-st" : "tutti-sched-ld");
   std::unique_lock lock(mu_);
   for (;;) {
-    if (!commits_.empty()) {
+    if (stores && !commits_.empty()) {
       Scheduled* b = commits_.front();
       commits_.pop_front();
       lock.unlock();
@@ -63,13 +64,13 @@ void Scheduler::run() {
       continue;
     }
     unsigned layer = 0;
-    if (Scheduled* b = pick(&layer)) {
+    if (Scheduled* b = pick(stores, &layer)) {
       lock.unlock();
       b->issue_layer(layer);
       lock.lock();
       continue;
     }
-    if (stop_ && loads_.empty() && stores_.empty()) return;
+    if (stop_ && (stores ? stores_.empty() && commits_.empty() : loads_.empty())) return;
     cv_.wait(lock);
   }
 }

@@ -1,8 +1,10 @@
-// Scheduler v0: the layer-wise pipeline. One thread issues each submitted batch layer by layer,
-// keeping at most `lookahead` layers in flight beyond the last layer the batch completed, so
-// layer L+1..L+d load while the engine consumes layer L. Loads go first: a store batch issues a
-// layer only while no load batch has layers left to issue. The same thread commits finished
-// stores (sync, commit records), so I/O threads never block on fsync.
+// The layer-wise pipeline. Each submitted batch is issued layer by layer, with at most
+// `lookahead` layers in flight beyond the last layer the batch completed, so layer L+1..L+d
+// load while the engine consumes layer L. Reads before writes: loads have a thread of their
+// own, so a load that arrives while a store's layer is being issued (its gather, checksums and
+// staging) starts at once; the store thread issues a layer only while no load has layers left
+// to issue, and commits finished stores (sync, commit records), so I/O threads never block on
+// fsync.
 #pragma once
 
 #include <condition_variable>
@@ -39,15 +41,15 @@ class Scheduler {
   void notify();                // a layer finished somewhere: maybe issue more
 
  private:
-  void run();
-  Scheduled* pick(unsigned* layer);  // requires mu_
+  void run(bool stores);
+  Scheduled* pick(bool stores, unsigned* layer);  // requires mu_
 
   unsigned lookahead_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Scheduled*> loads_, stores_, commits_;
   bool stop_ = false;
-  std::thread thread_;
+  std::thread loader_, storer_;
 };
 
 }  // namespace tutti

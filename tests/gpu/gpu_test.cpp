@@ -604,7 +604,7 @@ TEST(GpuStreams, HostWaitsServeManyStreams) {
   ScopedEnv one_thread("TUTTI_THREADS", "1");  // a slow load
   tutti_runtime* rt = open_runtime(dir.path + "/pool", "posix", kv.layout);
   ASSERT_NE(rt, nullptr);
-  std::vector<int32_t> table(blocks), tokens(blocks * bt);
+  std::vector<int32_t> table(blocks), tokens(384 * bt);  // 192 MiB of KV: within the pool's 256M
   for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>((i * 7) % blocks);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i * 11 + 5);
   kv.fill(tokens, table.data());
