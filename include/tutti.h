@@ -156,10 +156,11 @@ TUTTI_API const char* tutti_last_error(void);
  *                    the copy kernels read and write host memory over PCIe themselves (their
  *                    warps wait on PCIe, occupying SMs).
  *   stream_wait      host | gpu: how tutti_batch_wait_layer_async waits outside CUDA graph
- *                    capture. host (default): the call returns once the layer is in place.
- *                    gpu: it returns at once, and a one-warp kernel spins on the stream until
- *                    the layer is in place; the engine's thread runs ahead, but the spinning
- *                    kernel can deadlock the device (see tutti_batch_wait_layer_async).
+ *                    capture. host (default): the call returns once the layer's copies are
+ *                    queued on tutti's stream (the stream then waits for them by event) or
+ *                    the layer is in place. gpu: it returns at once, and a one-warp kernel
+ *                    spins on the stream until the layer is in place; the spinning kernel can
+ *                    deadlock the device (see tutti_batch_wait_layer_async).
  *   lookahead        layers kept in flight ahead of the consumer (default 4).
  *   nvme_controller  nvme: tutti_kmod's controller number (default 0).
  *   nvme_data_pointer  nvme: auto (SGLs where the controller has them) | sgl | prp.
@@ -303,9 +304,11 @@ TUTTI_API int tutti_batch_wait_layer(tutti_batch* b, uint32_t layer);
  * submitted before it, ordered with `cuda_stream` (a cudaStream_t; NULL = the legacy default
  * stream): work queued on the stream after the call sees those batches' bytes of the layer in
  * the blocks. A batch submitted later is not waited for (an engine may submit the next step's
- * load while this step's work is queued). Outside graph capture the call returns once the
- * bytes are in place (option stream_wait=host, the default): the GPU itself never waits for
- * tutti. Inside CUDA graph capture (or with stream_wait=gpu) it returns at once and a
+ * load while this step's work is queued). Outside graph capture (option stream_wait=host, the
+ * default) the call blocks until the bytes are in place or every copy that brings them is
+ * queued on tutti's own CUDA stream; then it makes `cuda_stream` wait for those copies with a
+ * CUDA event. Either way the GPU only ever waits for work already queued, never for tutti's
+ * threads. Inside CUDA graph capture (or with stream_wait=gpu) it returns at once and a
  * one-warp kernel on the stream spins until the layer is in place; a captured wait applies to
  * whichever load batch is the most recent one when it runs (and the ones before it), so
  * submit a batch before launching a graph that waits on it. A spinning wait holds its stream,

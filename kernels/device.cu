@@ -304,6 +304,7 @@ Device::~Device() {
   cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
   cudaStreamDestroy(static_cast<cudaStream_t>(gather_stream_));
   cudaEventDestroy(static_cast<cudaEvent_t>(gathered_));
+  for (void* e : queued_events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
 }
 
 void Device::set_layers(uint32_t layers) {
@@ -313,6 +314,13 @@ void Device::set_layers(uint32_t layers) {
   control_ = static_cast<uint64_t*>(p);
   std::memset(control_, 0, (1 + layers) * sizeof(uint64_t));
   epochs_ = std::make_unique<LayerEpochs>(layers);
+  queued_epochs_ = std::make_unique<LayerEpochs>(layers);
+  queued_ = std::vector<uint64_t>(layers, 0);
+  for (uint32_t l = 0; l < layers; ++l) {
+    cudaEvent_t e;
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    queued_events_.push_back(e);
+  }
   void* d = nullptr;
   check(cudaHostGetDevicePointer(&d, p, 0), "cudaHostGetDevicePointer");
   control_dev_ = static_cast<uint64_t*>(d);
@@ -331,7 +339,25 @@ void Device::begin_epoch(uint64_t epoch) { store_max(&control_[0], epoch); }
 
 void Device::mark_ready(uint32_t layer, uint64_t epoch) {
   store_max(&control_[1 + layer], epochs_->landed(layer, epoch));
+  // In place is queued too (a second mark of an epoch changes nothing). No record: this runs in
+  // host callbacks; a newer batch this publishes recorded the event when its copies were queued.
+  store_max(&queued_[layer], queued_epochs_->landed(layer, epoch));
   { std::lock_guard lock(ready_mu_); }  // a host waiter between its check and its sleep sees the store
+  ready_cv_.notify_all();
+}
+
+// The event is recorded after this batch's copies of the layer were queued, and after every
+// other mark that the publication below relies on (LayerEpochs::landed orders them), so its
+// newest record covers the copies of every batch up to the published epoch that is not in place.
+void Device::mark_queued(uint32_t layer, uint64_t epoch) {
+  const uint64_t upto = queued_epochs_->landed(layer, epoch);
+  Guard g(ordinal_);
+  if (cudaEventRecord(static_cast<cudaEvent_t>(queued_events_[layer]), static_cast<cudaStream_t>(stream_)) != cudaSuccess) {
+    cudaGetLastError();  // unpublished: waits for this epoch go on until the layer is in place
+    return;
+  }
+  store_max(&queued_[layer], upto);
+  { std::lock_guard lock(ready_mu_); }
   ready_cv_.notify_all();
 }
 
@@ -347,9 +373,16 @@ void Device::enqueue_wait(void* stream, uint32_t layer, uint64_t epoch) {
     capture = cudaStreamCaptureStatusNone;
   }
   const bool captured = capture != cudaStreamCaptureStatusNone;
-  if (!captured && !gpu_waits_) {  // landed means its kernels completed: later work sees the bytes
-    std::unique_lock lock(ready_mu_);
-    ready_cv_.wait(lock, [&] { return __atomic_load_n(&control_[1 + layer], __ATOMIC_ACQUIRE) >= epoch; });
+  if (!captured && !gpu_waits_) {
+    auto in_place = [&] { return __atomic_load_n(&control_[1 + layer], __ATOMIC_ACQUIRE) >= epoch; };
+    {
+      std::unique_lock lock(ready_mu_);
+      ready_cv_.wait(lock, [&] { return in_place() || __atomic_load_n(&queued_[layer], __ATOMIC_ACQUIRE) >= epoch; });
+    }
+    // Not yet in place, but every copy it needs is queued on tutti's stream: the engine's
+    // stream waits for them on the GPU, without a kernel, while its thread runs ahead.
+    if (!in_place())
+      check(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(queued_events_[layer]), 0), "cudaStreamWaitEvent");
     return;
   }
   wait_layer<<<1, 32, 0, s>>>(control_dev_, layer, captured ? 0 : epoch);

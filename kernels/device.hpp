@@ -44,9 +44,12 @@ class Device {
 
   // Stream-ordered layer waits. A control block in pinned, mapped host memory holds the epoch
   // of the newest load batch and, per layer, the epoch up to which every batch has landed it
-  // (LayerEpochs). Outside graph capture the calling thread blocks until ready[layer] reaches
-  // the waiting batch's epoch: the bytes are then in place for any work queued after the call,
-  // and the GPU never waits for work that is not queued yet. Inside capture (or with
+  // (LayerEpochs). A second count per layer says up to which epoch every batch's copies of the
+  // layer are landed or queued on tutti's stream, with an event recorded on that stream after
+  // them. Outside graph capture the calling thread blocks until either count reaches the
+  // waiting batch's epoch; if only the queued one did, the engine's stream waits for the
+  // event (cudaStreamWaitEvent: work already queued, so the GPU never waits for work that is
+  // not), and the engine's thread runs ahead while the copies run. Inside capture (or with
   // gpu_waits), a one-warp kernel on the engine's stream spins on ready[layer] instead, against
   // the newest epoch when captured, so a captured graph keeps working across batches. Either
   // way a wait is never early; only a captured one waits for batches newer than its own.
@@ -63,6 +66,8 @@ class Device {
   void set_staging(uint64_t bytes, uint64_t extent);
   void begin_epoch(uint64_t epoch);              // a load batch is submitted
   void mark_ready(uint32_t layer, uint64_t epoch);  // no CUDA calls: callable in host callbacks
+  // The batch's copies of the layer are all queued on the scatter stream (not in a host callback).
+  void mark_queued(uint32_t layer, uint64_t epoch);
   void set_gpu_waits(bool on) { gpu_waits_ = on; }  // option stream_wait=gpu
   // Waits for the batches up to `epoch`; inside graph capture, up to the newest when it runs.
   void enqueue_wait(void* stream, uint32_t layer, uint64_t epoch);
@@ -122,6 +127,9 @@ class Device {
   std::condition_variable ready_cv_;
   uint64_t* control_dev_ = nullptr;
   std::unique_ptr<LayerEpochs> epochs_;
+  std::unique_ptr<LayerEpochs> queued_epochs_;
+  std::vector<uint64_t> queued_;      // per layer: the epoch up to which its copies are queued
+  std::vector<void*> queued_events_;  // per layer: recorded on stream_ when queued_ moves
 };
 
 // Host memory pinned and mapped for a device for as long as this object lives.

@@ -20,6 +20,7 @@ void Device::set_layers(uint32_t) { no_cuda(); }
 void Device::set_staging(uint64_t, uint64_t) { no_cuda(); }
 void Device::begin_epoch(uint64_t) {}
 void Device::mark_ready(uint32_t, uint64_t) {}
+void Device::mark_queued(uint32_t, uint64_t) {}
 void Device::enqueue_wait(void*, uint32_t, uint64_t) { no_cuda(); }
 void* Device::host_alloc(size_t, uint64_t*) { no_cuda(); }
 void Device::host_free(void*) {}

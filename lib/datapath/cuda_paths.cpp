@@ -117,6 +117,7 @@ class StagedCudaRun final : public IoRun {
     }
     const uint64_t terms = mem_.terms_dev(w.layer);
     auto* arg = new LandedWave{this, &w, n};
+    hold_landing(w.layer);  // the callback may run before this reports the wave queued
     try {
       p_.device->scatter(kv_.copy_layout(), kv_.k(w.layer), kv_.v(w.layer),
                          mem_.copies_dev(w.layer) + uint64_t{w.first} * sizeof(gpu::ChunkCopy), n, mem_.ids(),
@@ -127,6 +128,8 @@ class StagedCudaRun final : public IoRun {
       arg->n = 0;
       LandedWave::call(arg);
     }
+    wave_queued(w.layer);
+    wave_landed(w.layer);
   }
 
   DeviceBatch mem_;
@@ -218,7 +221,9 @@ class PerBlockCudaRun final : public IoRun {
 class MappedCudaRun final : public RunBase {
  public:
   MappedCudaRun(const PathParts& parts, bool load, std::deque<PathChunk>& chunks, PathSink& sink)
-      : RunBase(parts, load, chunks, sink), mem_(*parts.device, *parts.kv, chunks, parts.kv->shape().layers, true, verify_) {}
+      : RunBase(parts, load, chunks, sink),
+        mem_(*parts.device, *parts.kv, chunks, parts.kv->shape().layers, true, verify_),
+        landing_(std::make_unique<std::atomic<uint32_t>[]>(parts.kv->shape().layers)) {}
 
   void issue(uint32_t layer) override {
     const Geometry& g = p_.pool->geometry();
@@ -232,6 +237,8 @@ class MappedCudaRun final : public RunBase {
       status[i] = chunks_[i].error.load();
     }
     if (load_) {
+      // The layer lands once its kernels' callback has run and this call is done with the run.
+      landing_[layer].store(2);
       auto* arg = new LandedCall<MappedCudaRun>{this, layer};
       try {
         p_.device->scatter(kv_.copy_layout(), kv_.k(layer), kv_.v(layer), mem_.copies_dev(layer), n, mem_.ids(),
@@ -240,7 +247,8 @@ class MappedCudaRun final : public RunBase {
         for (size_t i = 0; i < n; ++i) status[i] = e.code();
         LandedCall<MappedCudaRun>::call(arg);
       }
-      return;
+      sink_.layer_queued(layer);
+      return release(layer);
     }
     try {
       p_.device->gather(kv_.copy_layout(), kv_.k(layer), kv_.v(layer), mem_.copies_dev(layer), n, mem_.ids());
@@ -268,10 +276,18 @@ class MappedCudaRun final : public RunBase {
   }
 
   // On a CUDA thread, once the layer's copy (and checksum) kernels have run.
-  void landed(uint32_t layer) { land(layer, mem_.status(layer), verify_ ? mem_.terms(layer) : nullptr, false); }
+  void landed(uint32_t layer) {
+    check_layer(layer, mem_.status(layer), verify_ ? mem_.terms(layer) : nullptr, false);
+    release(layer);
+  }
 
  private:
+  void release(uint32_t layer) {
+    if (landing_[layer].fetch_sub(1) == 1) sink_.layer_landed(layer);
+  }
+
   DeviceBatch mem_;
+  std::unique_ptr<std::atomic<uint32_t>[]> landing_;  // per layer, while loading: 2, 1, 0 = landed
 };
 
 class CudaPath final : public LayerPath {

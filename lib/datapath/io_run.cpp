@@ -51,6 +51,11 @@ std::vector<std::pair<uint64_t, uint64_t>> per_block_ranges(const KvBinding& kv)
 }
 
 void RunBase::land(uint32_t layer, const int32_t* status, const uint64_t* terms, bool errnos) {
+  check_layer(layer, status, terms, errnos);
+  sink_.layer_landed(layer);
+}
+
+void RunBase::check_layer(uint32_t layer, const int32_t* status, const uint64_t* terms, bool errnos) {
   uint64_t ok = 0;
   for (uint32_t i = 0; i < chunks_.size(); ++i) {
     if (status[i] == 0) {
@@ -63,7 +68,6 @@ void RunBase::land(uint32_t layer, const int32_t* status, const uint64_t* terms,
     }
   }
   p_.counters->bytes_read += ok * kv_.shape().layer_bytes();
-  sink_.layer_landed(layer);
 }
 
 // K runs, zero padding up to V, V runs, zero padding to the end. A page that is one run is
@@ -103,7 +107,8 @@ IoRun::IoRun(const PathParts& parts, bool load, std::deque<PathChunk>& chunks, P
       backend_(backend),
       ops_(kv_.shape().layers),
       pending_(std::make_unique<std::atomic<uint32_t>[]>(kv_.shape().layers)),
-      landing_(std::make_unique<std::atomic<uint32_t>[]>(kv_.shape().layers)) {}
+      landing_(std::make_unique<std::atomic<uint32_t>[]>(kv_.shape().layers)),
+      queuing_(std::make_unique<std::atomic<uint32_t>[]>(kv_.shape().layers)) {}
 
 void IoRun::zero_padding(std::byte* extent) const {
   const Shape& s = kv_.shape();
@@ -128,7 +133,7 @@ void IoRun::issue(uint32_t layer) {
   }
   pending_[layer].store(static_cast<uint32_t>(ops.size()) + 1);  // +1 held until all are issued
   const bool waves = load_ && holds_staging();
-  if (waves) landing_[layer].store(1);
+  if (waves) landing_[layer].store(1), queuing_[layer].store(1);
   p_.counters->ios += ops.size();
   // Submit in groups; when staging runs out, hand over what is ready before blocking, so the
   // I/Os that will free buffers are already on their way (with waves: close the wave, whose
@@ -157,6 +162,7 @@ void IoRun::issue(uint32_t layer) {
     if (waves) {
       if (!wave) {
         landing_[layer].fetch_add(1);
+        queuing_[layer].fetch_add(1);
         wave = &waves_.emplace_back(layer, static_cast<uint32_t>(&op - ops.data()));
       }
       ++wave->count;
@@ -169,7 +175,16 @@ void IoRun::issue(uint32_t layer) {
   flush();
   close_wave();
   // Drop the issue hold; if every op already finished, this completes the layer's I/O.
-  if (pending_[layer].fetch_sub(1) == 1) waves ? wave_landed(layer) : io_over(layer);
+  if (pending_[layer].fetch_sub(1) == 1) waves ? waves_over(layer) : io_over(layer);
+}
+
+void IoRun::waves_over(uint32_t layer) {
+  wave_queued(layer);
+  wave_landed(layer);
+}
+
+void IoRun::wave_queued(uint32_t layer) {
+  if (queuing_[layer].fetch_sub(1) == 1) sink_.layer_queued(layer);
 }
 
 void IoRun::wave_landed(uint32_t layer) {
@@ -188,7 +203,7 @@ void IoRun::op_done(LayerOp& op, int64_t res) {
                                " of " + std::to_string(op.length) + " bytes)");
   }
   if (op.wave && op.wave->pending.fetch_sub(1) == 1) wave_over(*op.wave);
-  if (pending_[op.layer].fetch_sub(1) == 1) op.wave ? wave_landed(op.layer) : io_over(op.layer);
+  if (pending_[op.layer].fetch_sub(1) == 1) op.wave ? waves_over(op.layer) : io_over(op.layer);
 }
 
 void LayerOp::prepare() {

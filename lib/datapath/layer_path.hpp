@@ -11,7 +11,8 @@
 // (LayerPath::plan), then the scheduler issues its layers in order (PathRun::issue); every
 // issued layer ends with exactly one PathSink::layer_landed. A layer_landed call is the last
 // thing its caller does with the run and the sink: once the last layer has landed, the batch
-// may be freed, its run with it, on another thread.
+// may be freed, its run with it, on another thread. A path whose copies into CUDA memory are
+// work on the device's stream (staged-cuda, mapped-cuda) says so with layer_queued first.
 #pragma once
 
 #include <atomic>
@@ -60,6 +61,10 @@ class PathSink {
   virtual void chunk_failed(uint32_t i, uint32_t layer, int code, const std::string& why) = 0;
   // Every transfer of `layer` is over, its loaded chunks checked.
   virtual void layer_landed(uint32_t layer) = 0;
+  // A load into CUDA memory: every copy of `layer` is queued on the device's stream (its
+  // kernels may still run), so stream-ordered waits may go on as waits on that stream. At
+  // most once per layer, before its layer_landed, never in a CUDA host callback.
+  virtual void layer_queued(uint32_t layer) = 0;
 };
 
 // A path's work for one batch. Destroyed by the batch once every issued layer has landed, on

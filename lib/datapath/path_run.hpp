@@ -47,6 +47,7 @@ class RunBase : public PathRun {
   // with `errnos`, else a tutti_error): those fail, the others are checked against `terms`
   // (one per chunk; null without verify) and count as read. Then the layer has landed.
   void land(uint32_t layer, const int32_t* status, const uint64_t* terms, bool errnos);
+  void check_layer(uint32_t layer, const int32_t* status, const uint64_t* terms, bool errnos);  // land's checks alone
 
   const PathParts p_;
   const KvBinding& kv_;
@@ -156,12 +157,21 @@ class IoRun : public RunBase {
   virtual int64_t read_over(LayerOp& op, int64_t res) = 0;
   // Whether a load's staging stays held after its op (until its wave's copy kernel ran).
   virtual bool holds_staging() const { return false; }
-  // A load that holds staging: every op of wave `w` is over. Ends with wave_landed(w.layer),
-  // here or later (on a CUDA thread).
-  virtual void wave_over(Wave& w) { wave_landed(w.layer); }
+  // A load that holds staging: every op of wave `w` is over. Queues its copies and ends with
+  // wave_queued(w.layer) and, here or later (on a CUDA thread), wave_landed(w.layer).
+  virtual void wave_over(Wave& w) {
+    wave_queued(w.layer);
+    wave_landed(w.layer);
+  }
+  // One of the layer's waves is queued; the last, once the layer's I/O is all over, reports the
+  // layer queued (PathSink::layer_queued). Call it before that wave's wave_landed.
+  void wave_queued(uint32_t layer);
   // One of the layer's waves is in the blocks; the last, once the layer's I/O is all over,
   // lands the layer.
   void wave_landed(uint32_t layer);
+  // Keeps the layer from landing until the matching wave_landed: a wave_over that reports
+  // after its kernel's callback may already have run.
+  void hold_landing(uint32_t layer) { landing_[layer].fetch_add(1); }
   // A store's group of ops, before they are submitted (the gather kernel fills their staging).
   virtual void before_submit(std::span<IoOp* const> group, size_t first) {
     (void)group;
@@ -180,11 +190,13 @@ class IoRun : public RunBase {
  private:
   friend class LayerOp;
   void op_done(LayerOp& op, int64_t res);
+  void waves_over(uint32_t layer);  // the layer's I/O is over: the hold on both counts goes
 
   Backend& backend_;
   std::vector<std::vector<LayerOp>> ops_;             // per layer, filled when it is issued
   std::unique_ptr<std::atomic<uint32_t>[]> pending_;  // ops outstanding per layer
   std::unique_ptr<std::atomic<uint32_t>[]> landing_;  // with waves: waves not landed per layer, +1 until its I/O is over
+  std::unique_ptr<std::atomic<uint32_t>[]> queuing_;  // with waves: waves not queued per layer, +1 until its I/O is over
   std::deque<Wave> waves_;                            // appended by the issuer; elements never move
 };
 

@@ -224,6 +224,10 @@ std::string Batch::first_error() const {
   return first_error_;
 }
 
+void Batch::layer_queued(uint32_t layer) {
+  if (epoch_) rt_->device()->mark_queued(layer, epoch_);
+}
+
 void Batch::layer_landed(uint32_t layer) {
   if (epoch_) rt_->device()->mark_ready(layer, epoch_);  // stream waits may go on
   {
@@ -326,7 +330,7 @@ void Batch::wait_layer_async(uint32_t layer, void* stream) {
   TUTTI_EXPECT(is_load() && rt_->device(), "stream-ordered waits are for loads into CUDA memory");
   TUTTI_EXPECT_CODE(state_ != State::kBuilding, TUTTI_ESTATE, "wait_layer_async before submit");
   auto t0 = std::chrono::steady_clock::now();
-  rt_->device()->enqueue_wait(stream, layer, epoch_);  // blocks unless the wait is queued on the GPU
+  rt_->device()->enqueue_wait(stream, layer, epoch_);  // blocks until the layer is in place or queued
   count_wait(layer, t0);
 }
 

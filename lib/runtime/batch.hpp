@@ -67,6 +67,7 @@ class Batch final : public Scheduled, private PathSink {
   // PathSink
   void chunk_failed(uint32_t i, uint32_t layer, int code, const std::string& why) override;
   void layer_landed(uint32_t layer) override;
+  void layer_queued(uint32_t layer) override;
   void fail(uint32_t i, int code);  // the first error of a chunk stays
   void fail_all(int code);
   void finish();                    // everything moved; results final
