@@ -60,9 +60,13 @@ def drop_caches() -> None:
 
 
 def run_config() -> dict:
-    """The runtime options a row ran with that change its time (tutti.h; TUTTI_* variables)."""
-    return {k: os.environ.get("TUTTI_" + k.upper(), default)
-            for k, default in (("stream_wait", "host"), ("device_staging", "64M"), ("verify", "on"))}
+    """The runtime options a row ran with that change its time (tutti.h; TUTTI_* variables),
+    and the source revision when the caller names it (TUTTI_REV, set by tools/device-run)."""
+    config = {k: os.environ.get("TUTTI_" + k.upper(), default)
+              for k, default in (("stream_wait", "host"), ("device_staging", "64M"), ("verify", "on"))}
+    if os.environ.get("TUTTI_REV"):
+        config["rev"] = os.environ["TUTTI_REV"]
+    return config
 
 
 def percentile(xs: List[float], p: float) -> float:
