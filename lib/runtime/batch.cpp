@@ -241,10 +241,12 @@ void Batch::layer_landed(uint32_t layer) {
   rt_->scheduler().notify();  // the lookahead window moved
   if (unlanded_.fetch_sub(1) != 1) return;
   run_->all_landed();
-  if (is_load())
+  if (is_load()) {
+    rt_->scheduler().load_landed();  // stores may use the device again
     finish();
-  else
+  } else {
     rt_->scheduler().commit_later(this);
+  }
 }
 
 void Batch::commit() {

@@ -22,6 +22,13 @@ Scheduler::~Scheduler() {
 void Scheduler::enqueue(Scheduled* b) {
   std::lock_guard lock(mu_);
   (b->is_load() ? loads_ : stores_).push_back(b);
+  loads_in_flight_ += b->is_load();
+  cv_.notify_all();
+}
+
+void Scheduler::load_landed() {
+  std::lock_guard lock(mu_);
+  --loads_in_flight_;
   cv_.notify_all();
 }
 
@@ -37,7 +44,7 @@ void Scheduler::notify() {
 }
 
 Scheduled* Scheduler::pick(bool stores, unsigned* layer) {
-  if (stores && !loads_.empty()) return nullptr;  // reads before writes
+  if (stores && loads_in_flight_) return nullptr;  // reads before writes
   std::deque<Scheduled*>& q = stores ? stores_ : loads_;
   for (auto it = q.begin(); it != q.end(); ++it) {
     Scheduled* b = *it;
@@ -45,7 +52,6 @@ Scheduled* Scheduler::pick(bool stores, unsigned* layer) {
     *layer = b->next_issue++;
     // Once its last layer is handed out the batch may finish (and be freed) at any time.
     if (b->next_issue == b->layers()) q.erase(it);
-    if (!stores && loads_.empty()) cv_.notify_all();  // the store thread may go on
     return b;
   }
   return nullptr;

@@ -2,9 +2,10 @@
 // `lookahead` layers in flight beyond the last layer the batch completed, so layer L+1..L+d
 // load while the engine consumes layer L. Reads before writes: loads have a thread of their
 // own, so a load that arrives while a store's layer is being issued (its gather, checksums and
-// staging) starts at once; the store thread issues a layer only while no load has layers left
-// to issue, and commits finished stores (sync, commit records), so I/O threads never block on
-// fsync.
+// staging) starts at once; the store thread issues a layer only while no load is in flight
+// (submitted and not all landed), so a store fits into the gaps between loads and never
+// shares the device with them, and it commits finished stores (sync, commit records), so I/O
+// threads never block on fsync. A store waits as long as loads keep the device busy.
 #pragma once
 
 #include <condition_variable>
@@ -39,6 +40,7 @@ class Scheduler {
   void enqueue(Scheduled* b);
   void commit_later(Scheduled* b);  // a store whose last layer is written
   void notify();                // a layer finished somewhere: maybe issue more
+  void load_landed();           // a load batch enqueued here has every layer in place
 
  private:
   void run(bool stores);
@@ -48,6 +50,7 @@ class Scheduler {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Scheduled*> loads_, stores_, commits_;
+  size_t loads_in_flight_ = 0;  // enqueued, not all landed
   bool stop_ = false;
   std::thread loader_, storer_;
 };

@@ -63,8 +63,8 @@ def test_every_row_of_a_tiny_sweep_on_the_cpu(tmp_path):
         if x["mode"] not in ("recompute", "floor") and x.get("load_tokens", 1):
             assert x["logits_equal_floor"], x
     assert all("decision" in x for x in rows if x["mode"] == "hybrid")
-    # A store row's clock stops at the first token; the other prompt's store ends after it.
-    assert all(x["store_s"] >= x["ttft_s"] > 0 for x in rows if x["mode"] == "store")
+    # A store row says when the other prompt's store was done (before or after the first token).
+    assert all(x["store_s"] > 0 and x["ttft_s"] > 0 for x in rows if x["mode"] == "store")
     assert not os.path.exists(shm)
     r = ttft(*args)
     assert r.returncode == 0, r.stderr

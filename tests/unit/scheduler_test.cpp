@@ -1,0 +1,96 @@
+// The scheduler's order: loads on their own thread, stores only while no load is in flight.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "scheduler/scheduler.hpp"
+
+namespace tutti {
+namespace {
+
+// A batch whose layers land when the test says so; it logs what the scheduler issued.
+class FakeBatch final : public Scheduled {
+ public:
+  FakeBatch(bool load, uint32_t layers, std::vector<std::string>* log, std::mutex* mu, std::condition_variable* cv)
+      : load_(load), layers_(layers), log_(log), mu_(mu), cv_(cv) {}
+  bool is_load() const override { return load_; }
+  uint32_t layers() const override { return layers_; }
+  uint32_t done_prefix() const override { return landed_.load(); }
+  void issue_layer(uint32_t layer) override {
+    std::lock_guard lock(*mu_);
+    log_->push_back(std::string(load_ ? "load " : "store ") + std::to_string(layer));
+    cv_->notify_all();
+  }
+  void commit() override {
+    std::lock_guard lock(*mu_);
+    log_->push_back("commit");
+    cv_->notify_all();
+  }
+  std::atomic<uint32_t> landed_{0};
+
+ private:
+  const bool load_;
+  const uint32_t layers_;
+  std::vector<std::string>* log_;
+  std::mutex* mu_;
+  std::condition_variable* cv_;
+};
+
+struct Log {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> lines;
+  // Waits (at most 10 s) until `n` lines are logged; returns them.
+  std::vector<std::string> at_least(size_t n) {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(10), [&] { return lines.size() >= n; });
+    return lines;
+  }
+};
+
+TEST(Scheduler, AStoreWaitsUntilEveryLoadHasLanded) {
+  Log log;
+  FakeBatch load(true, 2, &log.lines, &log.mu, &log.cv), store(false, 1, &log.lines, &log.mu, &log.cv);
+  Scheduler s(4);
+  s.enqueue(&load);
+  EXPECT_EQ(log.at_least(2), (std::vector<std::string>{"load 0", "load 1"}));
+  s.enqueue(&store);  // both load layers are issued, neither has landed: the store waits
+  load.landed_ = 1;
+  s.notify();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(log.at_least(2).size(), 2u) << "a store layer was issued while a load was in flight";
+  load.landed_ = 2;
+  s.load_landed();
+  EXPECT_EQ(log.at_least(3).back(), "store 0");
+  s.commit_later(&store);
+  EXPECT_EQ(log.at_least(4).back(), "commit");
+}
+
+TEST(Scheduler, ALoadIsIssuedWhileAStoreIsInFlight) {
+  Log log;
+  FakeBatch store(false, 3, &log.lines, &log.mu, &log.cv), load(true, 1, &log.lines, &log.mu, &log.cv);
+  Scheduler s(1);
+  s.enqueue(&store);
+  EXPECT_EQ(log.at_least(1).back(), "store 0");  // lookahead 1: layer 1 waits for layer 0
+  s.enqueue(&load);
+  EXPECT_EQ(log.at_least(2).back(), "load 0");
+  store.landed_ = 1;
+  s.notify();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(log.at_least(2).size(), 2u) << "the store went on while the load was in flight";
+  load.landed_ = 1;
+  s.load_landed();
+  EXPECT_EQ(log.at_least(3).back(), "store 1");
+  store.landed_ = 3;  // lets the scheduler hand out the last layer before it is destroyed
+  s.notify();
+  EXPECT_EQ(log.at_least(4).back(), "store 2");
+}
+
+}  // namespace
+}  // namespace tutti
