@@ -2,8 +2,9 @@
 // blocks. There is one implementation per way a layer lands:
 //   host         CPU I/O (uring, posix, passthru, nvme, dram; DRAM tier in front) into host
 //                memory, through staging or vectored straight into the blocks
-//   staged-cuda  CPU or cuFile I/O into staging, then one copy kernel per layer into CUDA
-//                memory (stores: a gather kernel, then the writes)
+//   staged-cuda  CPU or cuFile I/O into staging, then a copy kernel per wave (the reads
+//                submitted before staging ran out) into CUDA memory (stores: a gather
+//                kernel, then the writes)
 //   per-block    the baseline of other SSD tiers: one I/O per block and K/V, staged
 //   gpu-uring    the GPU writes io_uring submissions, polls completions, scatters what landed
 //   mapped-cuda  dram: copy kernels between the mapped pool and the blocks, no I/O
