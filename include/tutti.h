@@ -39,7 +39,7 @@ extern "C" {
 /* ---- Version -------------------------------------------------------------------------- */
 
 #define TUTTI_VERSION_MAJOR 0
-#define TUTTI_VERSION_MINOR 3
+#define TUTTI_VERSION_MINOR 4
 #define TUTTI_VERSION_PATCH 0
 #define TUTTI_VERSION_NUMBER \
   (TUTTI_VERSION_MAJOR * 10000 + TUTTI_VERSION_MINOR * 100 + TUTTI_VERSION_PATCH)
@@ -264,6 +264,10 @@ TUTTI_API int tutti_lookup(tutti_runtime* rt, const int32_t* tokens, size_t num_
 typedef enum tutti_op {
   TUTTI_OP_LOAD = 0,
   TUTTI_OP_STORE = 1,
+  /* A store whose layers become ready one by one while the engine computes them (vLLM's
+   * save_kv_layer): layer L is written only after tutti_batch_layer_ready(b, L, ...), so the
+   * writes run behind the compute of the next layers. Since 0.4.0. */
+  TUTTI_OP_STORE_BY_LAYER = 2,
   TUTTI_OP_MIN_ENUM_ = -0x7fffffff - 1, /* not ops: with these two, any int is a valid */
   TUTTI_OP_MAX_ENUM_ = 0x7fffffff       /* tutti_op value (others are TUTTI_EINVAL) */
 } tutti_op;
@@ -317,6 +321,16 @@ TUTTI_API int tutti_batch_wait_layer(tutti_batch* b, uint32_t layer);
  * streams and a slow pool); CUDA_DEVICE_MAX_CONNECTIONS=32 makes sharing rarer, not
  * impossible. Returns TUTTI_EINVAL for a store batch or host memory. */
 TUTTI_API int tutti_batch_wait_layer_async(tutti_batch* b, uint32_t layer, void* cuda_stream);
+/* A TUTTI_OP_STORE_BY_LAYER batch, after submit: the blocks of layer `layer` now hold what the
+ * batch stores. In CUDA memory, "now" is in the order of `cuda_stream` (a cudaStream_t; NULL =
+ * the legacy default stream): tutti records an event there and its store thread waits for it
+ * before reading the layer, so the call never blocks; in host memory `cuda_stream` is ignored.
+ * Layers are written in order, each once it and every layer before it are ready; the batch
+ * commits when every layer is written, so tutti_batch_wait blocks until the last layer is
+ * declared ready. Destroying the batch before that stores nothing. Returns TUTTI_EINVAL for
+ * another op, a layer out of range or one declared twice, TUTTI_ESTATE before submit. Since
+ * 0.4.0. */
+TUTTI_API int tutti_batch_layer_ready(tutti_batch* b, uint32_t layer, void* cuda_stream);
 /* Blocks until the batch is done (a store: committed). Returns the first request error, if any. */
 TUTTI_API int tutti_batch_wait(tutti_batch* b);
 TUTTI_API int tutti_batch_result(const tutti_batch* b, size_t request, tutti_result* out);

@@ -389,6 +389,27 @@ void Device::enqueue_wait(void* stream, uint32_t layer, uint64_t epoch) {
   check(cudaGetLastError(), "wait kernel launch");
 }
 
+void* Device::record_event(void* stream) {
+  Guard g(ordinal_);
+  cudaEvent_t e;
+  check(cudaEventCreateWithFlags(&e, cudaEventBlockingSync | cudaEventDisableTiming), "cudaEventCreate");
+  if (cudaError_t rc = cudaEventRecord(e, static_cast<cudaStream_t>(stream)); rc != cudaSuccess) {
+    cudaEventDestroy(e);
+    check(rc, "cudaEventRecord");
+  }
+  return e;
+}
+
+void Device::sync_event(void* event) {
+  Guard g(ordinal_);
+  check(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "the engine's work before a layer it declared ready");
+}
+
+void Device::destroy_event(void* event) {
+  cudaSetDevice(ordinal_);
+  cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
 bool Device::owns(const void* p) const {
   cudaPointerAttributes a;
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {

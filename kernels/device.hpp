@@ -72,6 +72,12 @@ class Device {
   // Waits for the batches up to `epoch`; inside graph capture, up to the newest when it runs.
   void enqueue_wait(void* stream, uint32_t layer, uint64_t epoch);
 
+  // Events on an engine's stream (stores by layer): recorded where the stream is now, waited
+  // for by a sleeping thread (blocking sync, no spinning), destroyed by their owner.
+  void* record_event(void* stream);
+  void sync_event(void* event);
+  void destroy_event(void* event);
+
   // Pinned host memory the kernels read in place (a batch's descriptors and block ids): no
   // copies, no stream-ordered allocations, nothing that could meet an engine's graph capture.
   // Freed blocks are kept for reuse, so host_free makes no CUDA call (cudaFreeHost could wait

@@ -17,6 +17,9 @@ type Op int
 const (
 	Load  Op = C.TUTTI_OP_LOAD
 	Store Op = C.TUTTI_OP_STORE
+	// StoreByLayer is a store whose layers become ready one by one (Batch.LayerReady) as the
+	// engine computes them.
+	StoreByLayer Op = C.TUTTI_OP_STORE_BY_LAYER
 )
 
 // TokensAll as a Request's TokenEnd moves every whole chunk of the prompt.
@@ -116,6 +119,18 @@ func (b *Batch) WaitLayerAsync(layer int, stream uintptr) error {
 	}
 	return locked(func() C.int {
 		return C.tutti_batch_wait_layer_async(h, C.uint32_t(layer), unsafe.Pointer(stream)) //nolint:govet // not Go memory
+	})
+}
+
+// LayerReady says, for a StoreByLayer batch after Submit, that the blocks of layer now hold
+// what it stores (in CUDA memory: in the order of stream, a cudaStream_t; 0 elsewhere).
+func (b *Batch) LayerReady(layer int, stream uintptr) error {
+	h, err := b.handle()
+	if err != nil {
+		return err
+	}
+	return locked(func() C.int {
+		return C.tutti_batch_layer_ready(h, C.uint32_t(layer), unsafe.Pointer(stream)) //nolint:govet // not Go memory
 	})
 }
 

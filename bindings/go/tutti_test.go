@@ -71,6 +71,48 @@ func TestStoreLookupLoad(t *testing.T) {
 	}
 }
 
+func TestStoreByLayer(t *testing.T) {
+	kv := newKV(t)
+	rt := open(t, kv)
+	tokens := make([]int32, 128)
+	for i := range tokens {
+		tokens[i] = int32(3000 + i)
+	}
+	stored, loaded := []int32{0, 1, 2, 3, 4, 5, 6, 7}, []int32{8, 9, 10, 11, 12, 13, 14, 15}
+	kv.fill(prompt{tokens: tokens, table: stored}, 0, len(tokens))
+	b, err := rt.NewBatch(StoreByLayer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Add(Request{Tokens: tokens, BlockTable: stored, TokenEnd: TokensAll}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Submit(); err != nil {
+		t.Fatal(err)
+	}
+	for l := 0; l < layers; l++ {
+		if hit, _ := rt.Lookup(tokens, nil); hit != 0 {
+			t.Fatalf("visible before its last layer was ready: %d tokens", hit)
+		}
+		if err := b.LayerReady(l, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.LayerReady(0, 0); !errors.Is(err, EINVAL) {
+		t.Fatalf("a layer declared twice: %v", err)
+	}
+	if hit, _ := rt.Lookup(tokens, nil); hit != 128 {
+		t.Fatalf("lookup after the store found %d", hit)
+	}
+	kv.poison()
+	run(t, rt, Load, Request{Tokens: tokens, BlockTable: loaded, TokenEnd: TokensAll})
+	kv.check(t, prompt{tokens: tokens, table: loaded}, 0, len(tokens), 0, layers)
+}
+
 func TestSaltAndErrors(t *testing.T) {
 	kv := newKV(t)
 	rt := open(t, kv)

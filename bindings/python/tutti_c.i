@@ -89,7 +89,7 @@ static PyObject* tutti_py_append(PyObject* result, PyObject* o) {
 %thread tutti_runtime_register_kv;
 %thread tutti_batch_submit;
 %thread tutti_batch_wait_layer;
-%thread tutti_batch_wait_layer_async;  /* blocks until the layer lands (stream_wait=host) */
+%thread tutti_batch_wait_layer_async;  /* blocks until the layer is queued or lands (stream_wait=host) */
 %thread tutti_batch_wait;
 %thread tutti_batch_destroy;
 

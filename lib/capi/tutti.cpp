@@ -204,6 +204,13 @@ int tutti_batch_wait_layer_async(tutti_batch* b, uint32_t layer, void* cuda_stre
   });
 }
 
+int tutti_batch_layer_ready(tutti_batch* b, uint32_t layer, void* cuda_stream) {
+  return guard([&] {
+    need(b, "batch");
+    b->impl->layer_ready(layer, cuda_stream);
+  });
+}
+
 int tutti_batch_wait(tutti_batch* b) {
   return guard([&] {
     need(b, "batch");

@@ -24,18 +24,34 @@ void fail_after_first_error(std::vector<int>& status) {
 }  // namespace
 
 Batch::Batch(std::shared_ptr<Runtime> rt, tutti_op op) : rt_(std::move(rt)), op_(op) {
-  TUTTI_EXPECT(op == TUTTI_OP_LOAD || op == TUTTI_OP_STORE, "op must be TUTTI_OP_LOAD or TUTTI_OP_STORE");
+  TUTTI_EXPECT(op == TUTTI_OP_LOAD || op == TUTTI_OP_STORE || op == TUTTI_OP_STORE_BY_LAYER,
+               "op must be TUTTI_OP_LOAD, TUTTI_OP_STORE or TUTTI_OP_STORE_BY_LAYER");
   rt_->require_registered();
   layers_ = rt_->binding().shape().layers;
+  ready_prefix_ = by_layer() ? 0 : layers_;
+  if (by_layer()) layer_ready_.assign(layers_, 0), ready_events_.assign(layers_, nullptr);
 }
 
 Batch::~Batch() {
+  // A store by layer whose engine never declared every layer (an aborted request) stores
+  // nothing: its chunks fail, and its remaining layers are issued with nothing left to write.
+  if (by_layer() && state_ == State::kRunning && ready_prefix_.load() < layers_) {
+    fail_all(TUTTI_ESTATE);
+    {
+      std::lock_guard lock(mu_);
+      std::fill(layer_ready_.begin(), layer_ready_.end(), 1);
+      ready_prefix_ = layers_;
+    }
+    rt_->scheduler().notify();
+  }
   {
     // Under the lock even when done: finish() may still be inside its critical section.
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return state_ != State::kRunning; });
   }
   run_.reset();  // here, not in finish(): finish() may run in a CUDA host callback
+  for (void* e : ready_events_)
+    if (e) rt_->device()->destroy_event(e);
 }
 
 void Batch::add(const tutti_request* reqs, size_t n) {
@@ -197,6 +213,21 @@ void Batch::tombstone_reused() {
 
 void Batch::issue_layer(uint32_t layer) {
   if (!is_load() && layer == 0) tombstone_reused();
+  if (by_layer()) {
+    void* ready = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      ready = ready_events_[layer];
+    }
+    // The engine's work that writes the layer has run (this thread sleeps, it does not spin).
+    if (ready) {
+      try {
+        rt_->device()->sync_event(ready);
+      } catch (const Error& e) {
+        fail_all(e.code());  // the layer's bytes are unknown: nothing of the batch is stored
+      }
+    }
+  }
   run_->issue(layer);
 }
 
@@ -334,6 +365,28 @@ void Batch::wait_layer_async(uint32_t layer, void* stream) {
   auto t0 = std::chrono::steady_clock::now();
   rt_->device()->enqueue_wait(stream, layer, epoch_);  // blocks until the layer is in place or queued
   count_wait(layer, t0);
+}
+
+void Batch::layer_ready(uint32_t layer, void* stream) {
+  TUTTI_EXPECT(by_layer(), "tutti_batch_layer_ready is for TUTTI_OP_STORE_BY_LAYER batches");
+  TUTTI_EXPECT(layer < layers_, "layer " + std::to_string(layer) + " is out of range (the KV cache has " +
+                                    std::to_string(layers_) + " layers)");
+  TUTTI_EXPECT_CODE(state_ != State::kBuilding, TUTTI_ESTATE, "layer_ready before submit");
+  // In CUDA memory the layer is ready where the engine's stream is now: an event marks it.
+  void* event = rt_->device() && state_ == State::kRunning ? rt_->device()->record_event(stream) : nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (layer_ready_[layer]) {
+      if (event) rt_->device()->destroy_event(event);
+      tutti::fail(TUTTI_EINVAL, "layer " + std::to_string(layer) + " was declared ready before");
+    }
+    layer_ready_[layer] = 1;
+    ready_events_[layer] = event;
+    uint32_t p = ready_prefix_.load();
+    while (p < layers_ && layer_ready_[p]) ++p;
+    ready_prefix_.store(p, std::memory_order_release);
+  }
+  rt_->scheduler().notify();
 }
 
 void Batch::settle() {

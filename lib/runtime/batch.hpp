@@ -33,15 +33,18 @@ class Batch final : public Scheduled, private PathSink {
   void submit();
   void wait_layer(uint32_t layer);
   void wait_layer_async(uint32_t layer, void* stream);
+  void layer_ready(uint32_t layer, void* stream);  // TUTTI_OP_STORE_BY_LAYER
   int wait();
   std::string first_error() const;  // "" if none was noted
   tutti_result result(size_t request);
   size_t chunk_status(size_t request, int* out, size_t cap);
   bool is_load() const override { return op_ == TUTTI_OP_LOAD; }
+  bool by_layer() const { return op_ == TUTTI_OP_STORE_BY_LAYER; }
 
   // Scheduled
   uint32_t layers() const override { return layers_; }
   uint32_t done_prefix() const override { return done_prefix_.load(std::memory_order_acquire); }
+  uint32_t ready_prefix() const override { return ready_prefix_.load(std::memory_order_acquire); }
   void issue_layer(uint32_t layer) override;  // hands one layer to the path
   void commit() override;                     // store: sync, write commit records, publish
 
@@ -95,6 +98,11 @@ class Batch final : public Scheduled, private PathSink {
   std::atomic<uint32_t> unlanded_{0};
   std::vector<uint8_t> layer_done_;  // guarded by mu_
   std::atomic<uint32_t> done_prefix_{0};
+  // Store by layer: the layers the engine declared ready (guarded by mu_), how many are ready
+  // in order from the first, and in CUDA memory the event each was declared at.
+  std::vector<uint8_t> layer_ready_;
+  std::atomic<uint32_t> ready_prefix_{0};
+  std::vector<void*> ready_events_;
   // The batch's first failure in words: which request, chunk and layer, the file, offset
   // and errno, or the checksum that did not match.
   std::string first_error_;          // guarded by mu_

@@ -48,7 +48,7 @@ Scheduled* Scheduler::pick(bool stores, unsigned* layer) {
   std::deque<Scheduled*>& q = stores ? stores_ : loads_;
   for (auto it = q.begin(); it != q.end(); ++it) {
     Scheduled* b = *it;
-    if (b->next_issue >= b->layers() || b->next_issue >= b->done_prefix() + lookahead_) continue;
+    if (b->next_issue >= b->ready_prefix() || b->next_issue >= b->done_prefix() + lookahead_) continue;
     *layer = b->next_issue++;
     // Once its last layer is handed out the batch may finish (and be freed) at any time.
     if (b->next_issue == b->layers()) q.erase(it);

@@ -22,6 +22,7 @@ class Scheduled {
   virtual bool is_load() const = 0;
   virtual uint32_t layers() const = 0;
   virtual uint32_t done_prefix() const = 0;   // layers landed in order from the first
+  virtual uint32_t ready_prefix() const { return layers(); }  // layers that may be issued
   virtual void issue_layer(uint32_t layer) = 0;
   virtual void commit() = 0;                   // a store whose every layer is written
   uint32_t next_issue = 0;                     // guarded by the scheduler's mutex
@@ -39,7 +40,7 @@ class Scheduler {
 
   void enqueue(Scheduled* b);
   void commit_later(Scheduled* b);  // a store whose last layer is written
-  void notify();                // a layer finished somewhere: maybe issue more
+  void notify();                // a layer finished or became ready somewhere: maybe issue more
   void load_landed();           // a load batch enqueued here has every layer in place
 
  private:

@@ -50,6 +50,36 @@ def test_store_lookup_load_layer_by_layer(tmp_path):
         assert len(rt.layer_wait_ns()) == LAYERS
 
 
+def test_store_by_layer(tmp_path):
+    """A store an engine makes while it computes: a layer is written only once declared ready
+    (the blocks held the poison until then), and the prompt is visible after the last."""
+    kv, computed = make_kv(), make_kv()
+    tokens = np.arange(5000, 5000 + 256, dtype=np.int32)
+    table = np.random.default_rng(4).permutation(BLOCKS)[: 256 // BT].astype(np.int32)
+    fixture.fill(computed, tokens, table)
+    fixture.poison(kv)
+    with open_runtime(tmp_path, kv) as rt:
+        with rt.batch("store_by_layer") as b:
+            b.add(tokens, table)
+            b.submit()
+            for l in range(LAYERS):
+                assert rt.lookup(tokens) == 0
+                kv[l][...] = computed[l]  # the engine computes layer l
+                b.layer_ready(l)
+            b.wait()
+            assert b.result(0) == tutti.Result(0, 4, 4, 256)
+            with pytest.raises(tutti.Error) as e:
+                b.layer_ready(0)
+            assert e.value.code == tutti_c.TUTTI_EINVAL
+        assert rt.lookup(tokens) == 256
+        fixture.poison(kv)
+        with rt.batch("load") as b:
+            b.add(tokens, table)
+            b.submit()
+            b.wait()
+        fixture.check(kv, tokens, table)
+
+
 def test_buffers_of_any_kind_and_salts(tmp_path):
     kv = make_kv()
     tokens = array.array("i", range(128))
@@ -201,4 +231,42 @@ def test_torch_cuda_tensors(tmp_path):
             stream.synchronize()
             fixture.check(snaps, tokens.numpy(), table.numpy(), layers=[l])
         b.wait()
+    rt.close()
+
+
+def test_torch_cuda_store_by_layer(tmp_path):
+    """Layers declared ready in the order of a CUDA stream whose work is still running (a long
+    sleep kernel first): tutti's writer waits for that work, so the pool gets the computed KV,
+    never the zeros that were in the blocks before."""
+    torch = pytest.importorskip("torch", reason="torch is not installed here")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device for torch")
+    gen = torch.Generator().manual_seed(8)
+    tokens = torch.arange(7000, 7000 + 256, dtype=torch.int32)
+    table = torch.randperm(BLOCKS, generator=gen)[:16].to(torch.int32)
+    host = make_kv()
+    fixture.fill(host, tokens.numpy(), table.numpy())
+    computed = [torch.from_numpy(layer.view(np.int16)).cuda() for layer in host]
+    kv = [torch.zeros_like(layer) for layer in computed]
+    rt = tutti.Runtime(pool=str(tmp_path / "pool"), capacity="64M", chunk_tokens=64)
+    rt.register_kv(tutti.KvLayout.paged(LAYERS, BLOCKS, BT, HEADS, DIM, 2, k=kv, memory=tutti.MEMORY_CUDA))
+    stream = torch.cuda.Stream()
+    with rt.batch("store_by_layer") as b:
+        b.add(tokens, table)
+        b.submit()
+        with torch.cuda.stream(stream):
+            for l in range(LAYERS):
+                torch.cuda._sleep(50_000_000)  # tens of ms of GPU time before the layer is written
+                kv[l].copy_(computed[l])
+                b.layer_ready(l, stream=stream)
+        b.wait()
+    stream.synchronize()
+    for layer in kv:
+        layer.zero_()
+    with rt.batch("load") as b:
+        b.add(tokens, table)
+        b.submit()
+        b.wait()
+    torch.cuda.synchronize()
+    fixture.check(kv, tokens.numpy(), table.numpy())
     rt.close()

@@ -165,9 +165,9 @@ class Batch(_Handle):
 
     def __init__(self, rt: "Runtime", op: str):
         super().__init__()
-        ops = {"load": _c.TUTTI_OP_LOAD, "store": _c.TUTTI_OP_STORE}
+        ops = {"load": _c.TUTTI_OP_LOAD, "store": _c.TUTTI_OP_STORE, "store_by_layer": _c.TUTTI_OP_STORE_BY_LAYER}
         if op not in ops:
-            raise ValueError(f"op must be 'load' or 'store', not {op!r}")
+            raise ValueError(f"op must be 'load', 'store' or 'store_by_layer', not {op!r}")
         self._rt = rt
         self._requests = []  # kept alive: tutti reads their buffers until the batch is done
         self._raw = _split(_c.tutti_batch_create(rt._raw, ops[op]))
@@ -192,6 +192,12 @@ class Batch(_Handle):
             _check(_c.tutti_batch_wait_layer(self._handle(), layer))
         else:
             _check(_c.tutti_batch_wait_layer_async(self._handle(), layer, getattr(stream, "cuda_stream", stream)))
+
+    def layer_ready(self, layer: int, stream: Any = None) -> None:
+        """A 'store_by_layer' batch, after submit: the blocks of `layer` now hold what it stores
+        (in CUDA memory: in the order of `stream`, as for wait_layer; None: the default stream).
+        Never blocks."""
+        _check(_c.tutti_batch_layer_ready(self._handle(), layer, getattr(stream, "cuda_stream", stream)))
 
     def wait(self) -> None:
         _check(_c.tutti_batch_wait(self._handle()))

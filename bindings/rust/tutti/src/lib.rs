@@ -122,6 +122,9 @@ pub struct Layout {
 pub enum Op {
     Load,
     Store,
+    /// A store whose layers become ready one by one (`Batch::layer_ready`) as the engine
+    /// computes them.
+    StoreByLayer,
 }
 
 /// `token_end` of a request that moves every whole chunk of its prompt.
@@ -242,6 +245,7 @@ impl Runtime {
         let op = match op {
             Op::Load => sys::tutti_op_TUTTI_OP_LOAD,
             Op::Store => sys::tutti_op_TUTTI_OP_STORE,
+            Op::StoreByLayer => sys::tutti_op_TUTTI_OP_STORE_BY_LAYER,
         };
         // Safety: a live runtime; a valid out-pointer.
         check(unsafe { sys::tutti_batch_create(self.raw.as_ptr(), op, &mut raw) })?;
@@ -325,6 +329,13 @@ impl<'a> Batch<'a> {
     pub fn wait_layer_async(&mut self, layer: u32, cuda_stream: *mut c_void) -> Result<()> {
         // Safety: a live batch; tutti only enqueues work on the stream the caller owns.
         check(unsafe { sys::tutti_batch_wait_layer_async(self.raw.as_ptr(), layer, cuda_stream) })
+    }
+
+    /// A `StoreByLayer` batch, after submit: the blocks of `layer` now hold what it stores (in
+    /// CUDA memory: in the order of `cuda_stream`, a cudaStream_t; null elsewhere).
+    pub fn layer_ready(&mut self, layer: u32, cuda_stream: *mut c_void) -> Result<()> {
+        // Safety: a live batch; tutti only records an event on the stream the caller owns.
+        check(unsafe { sys::tutti_batch_layer_ready(self.raw.as_ptr(), layer, cuda_stream) })
     }
 
     /// Blocks until the batch is done (a store: committed); the first request error, if any.

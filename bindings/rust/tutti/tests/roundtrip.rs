@@ -61,6 +61,33 @@ fn store_lookup_load_layer_by_layer() {
 }
 
 #[test]
+fn store_by_layer() {
+    let dir = temp_dir("bylayer");
+    let mut kv = Kv::new();
+    let rt = open(&dir, &mut kv);
+    let tokens: Vec<i32> = (3000..3128).collect();
+    let stored: Vec<i32> = (0..8).collect();
+    let loaded: Vec<i32> = (8..16).collect();
+    kv.fill(&Prompt { tokens: &tokens, table: &stored, seed: 0 }, 0, tokens.len());
+    let mut b = rt.batch(Op::StoreByLayer).unwrap();
+    b.add(&[Request::new(&tokens, &stored)]).unwrap();
+    b.submit().unwrap();
+    for l in 0..LAYERS {
+        assert_eq!(rt.lookup(&tokens, None).unwrap(), 0);
+        b.layer_ready(l, std::ptr::null_mut()).unwrap();
+    }
+    b.wait().unwrap();
+    assert_eq!(b.layer_ready(0, std::ptr::null_mut()).unwrap_err().code, tutti::EINVAL);
+    drop(b);
+    assert_eq!(rt.lookup(&tokens, None).unwrap(), 128);
+    kv.poison();
+    run(&rt, Op::Load, &[Request::new(&tokens, &loaded)]).unwrap();
+    kv.check(&Prompt { tokens: &tokens, table: &loaded, seed: 0 }, 0, tokens.len(), 0..LAYERS);
+    drop(rt);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
 fn salts_ranges_and_errors() {
     let dir = temp_dir("errors");
     let mut kv = Kv::new();
