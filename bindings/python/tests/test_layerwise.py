@@ -5,7 +5,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed here")
 
 import tutti  # noqa: E402
-from tutti.layerwise import PagedKv, PrefixLoad, store  # noqa: E402
+from tutti.layerwise import LayerStore, PagedKv, PrefixLoad, store  # noqa: E402
 from tutti.reference_llama import LlamaShape, ReferenceLlama  # noqa: E402
 
 SHAPE = LlamaShape(layers=4, hidden=128, heads=4, kv_heads=2, head_dim=32, intermediate=256, vocab=512)
@@ -60,6 +60,37 @@ def test_loaded_prefix_gives_the_logits_of_a_full_recompute(tmp_path):
     assert suffix.shape[0] == tokens.shape[0] - 3 * CT
     torch.testing.assert_close(suffix, full[3 * CT:], rtol=1e-4, atol=1e-4)
     assert torch.equal(suffix.argmax(-1), full[3 * CT:].argmax(-1))  # the same greedy tokens
+
+
+def test_a_prompt_stored_layer_by_layer_while_it_is_computed(tmp_path):
+    """The prefill declares each layer ready right after writing its KV: the store runs behind
+    the compute, commits after the last layer, and a second engine that loads the prefix gets
+    the logits of a full recompute. Leaving before the last layer stores nothing."""
+    model = ReferenceLlama(SHAPE, seed=5)
+    gen = torch.Generator().manual_seed(6)
+    tokens = torch.randint(0, SHAPE.vocab, (3 * CT + 5,), generator=gen, dtype=torch.int32)
+    nblk = (tokens.shape[0] + BT - 1) // BT
+    perm = torch.randperm(BLOCKS, generator=gen).to(torch.int32)
+    kv = new_kv()
+    rt = runtime(tmp_path, kv)
+    with LayerStore(rt, tokens, perm[:nblk]) as st:
+        st.ready(0)
+        assert rt.lookup(tokens) == 0
+    assert rt.lookup(tokens) == 0  # left after one layer of four: nothing stored
+    with LayerStore(rt, tokens, perm[:nblk]) as st:
+        full = model.prefill(tokens, kv, perm[:nblk], before_attention=st.ready)  # called after each write
+        assert st.finish() == 3 * CT
+    rt.close()
+
+    kv2 = new_kv()
+    rt = runtime(tmp_path, kv2)
+    second = perm[nblk:2 * nblk]
+    with PrefixLoad(rt, tokens, second) as load:
+        assert load.tokens == 3 * CT
+        suffix = model.prefill(tokens, kv2, second, prefix=load.tokens, before_attention=load.wait)
+        assert load.finish() == 3 * CT
+    rt.close()
+    torch.testing.assert_close(suffix, full[3 * CT:], rtol=1e-4, atol=1e-4)
 
 
 def test_recomputed_head_and_loaded_tail_give_the_logits_of_a_full_recompute(tmp_path):

@@ -80,15 +80,19 @@ def build(shape: str, seed: int = 0, device: str = "cuda", dtype=torch.bfloat16,
 class PagedCache(DynamicCache):
     """The KV of one prompt in a PagedKv: positions [0, prefix) are there already or arrive
     there (wait(layer) returns once layer's have; with a CUDA stream, work queued after it sees
-    them), the new tokens' K and V are written to their blocks as each layer computes them.
+    them), the new tokens' K and V are written to their blocks as each layer computes them, and
+    written(layer) is called right after (e.g. a tutti.layerwise.LayerStore's ready: the layer's
+    store then runs while later layers compute).
 
     With events=True, the time the GPU stalls in each layer's wait is measured: `events` holds
     CUDA events recorded before and after each layer's wait, `bubbles_ms()` their gaps."""
 
     def __init__(self, config, kv: PagedKv, table: torch.Tensor, prefix: int = 0,
-                 wait: Optional[Callable[[int], None]] = None, events: bool = False):
+                 wait: Optional[Callable[[int], None]] = None, events: bool = False,
+                 written: Optional[Callable[[int], None]] = None):
         super().__init__(config=config)
         self.kv, self.table, self.prefix, self.wait = kv, table.to(kv.kv[0].device), prefix, wait
+        self.written = written
         self.seen = [prefix] * kv.layers
         self.events: List = []
         if events and wait is not None:
@@ -100,6 +104,8 @@ class PagedCache(DynamicCache):
             raise ValueError("PagedCache holds one prompt (batch 1)")
         begin = self.seen[layer_idx]
         self.kv.write(layer_idx, self.table, begin, key_states[0].transpose(0, 1), value_states[0].transpose(0, 1))
+        if self.written is not None:
+            self.written(layer_idx)
         self.seen[layer_idx] = end = begin + key_states.shape[2]
         if self.wait is not None and begin > 0:
             if self.events:

@@ -4,8 +4,9 @@ The engine keeps a paged KV cache (PagedKv: per layer one fused [2, blocks, bloc
 kv_heads, head_dim] tensor, the layout vLLM uses) registered with a tutti Runtime. For a prompt,
 PrefixLoad(rt, tokens, table) looks the prompt up and submits the load of its cached prefix;
 the model then calls wait(layer) right before layer's attention reads the cache, so the reads
-of later layers run while earlier layers compute. After the prefill, store() writes the
-prompt's new whole chunks back.
+of later layers run while earlier layers compute. LayerStore writes the prompt's new whole
+chunks back the same way, each layer once the model has written its KV (ready(layer)), while
+later layers compute; store() writes them all after the prefill.
 
     kv = PagedKv(layers, blocks, block_tokens, kv_heads, head_dim, torch.bfloat16, "cuda")
     rt = tutti.Runtime(pool=..., chunk_tokens=256); rt.register_kv(kv.layout())
@@ -117,6 +118,43 @@ class PrefixLoad:
         if self._batch is not None:
             self._batch.close()  # waits for anything in flight
             self._batch = None
+
+
+class LayerStore:
+    """The store of a prompt's whole chunks from token `begin` (the cached prefix) on, while the
+    model computes them: ready(layer) once the layer's KV of the prompt is in its blocks (on
+    `stream`'s order for CUDA tensors: the call records an event and never blocks), finish()
+    after the last layer. The writes of a layer run while later layers compute. Leaving the
+    `with` block before every layer was ready (an aborted request) stores nothing."""
+
+    def __init__(self, rt: Runtime, tokens: Any, block_table: Any, begin: int = 0, salt: Optional[bytes] = None,
+                 stream: Any = None):
+        self._tokens, self._table = _int32(tokens), _int32(block_table)  # kept alive while tutti reads them
+        self._stream = stream
+        self._batch = rt.batch("store_by_layer")
+        try:
+            self._batch.add(self._tokens, self._table, token_begin=begin, salt=salt)
+            self._batch.submit()
+        except BaseException:
+            self._batch.close()
+            raise
+
+    def ready(self, layer: int) -> None:
+        self._batch.layer_ready(layer, stream=self._stream)
+
+    def finish(self) -> int:
+        """Waits until the last layer is written and the chunks are committed; returns how many
+        tokens past `begin` are now in the pool."""
+        self._batch.wait()
+        stored = self._batch.result(0).tokens
+        self._batch.close()
+        return stored
+
+    def __enter__(self) -> "LayerStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._batch.close()  # a batch not finished: stores nothing
 
 
 def store(rt: Runtime, tokens: Any, block_table: Any, begin: int = 0, salt: Optional[bytes] = None) -> int:
