@@ -255,6 +255,18 @@ TUTTI_API int tutti_runtime_register_kv(tutti_runtime* rt, const tutti_kv_layout
 TUTTI_API int tutti_lookup(tutti_runtime* rt, const int32_t* tokens, size_t num_tokens,
                            const void* salt, size_t salt_len, size_t* cached_tokens);
 
+/* A lookup that also pins what it found: the cached_tokens it reports are not evicted until
+ * tutti_lease_release, or until ttl_ms milliseconds have passed (0: no expiry), so a load
+ * submitted meanwhile (vLLM: the scheduler looks up, a worker loads later) cannot miss them
+ * through eviction. *out is a lease even on a miss (it then pins nothing); release every lease,
+ * expired or not. A lease may outlive tutti_runtime_close. Since 0.4.0. */
+typedef struct tutti_lease tutti_lease;
+TUTTI_API int tutti_lookup_lease(tutti_runtime* rt, const int32_t* tokens, size_t num_tokens,
+                                 const void* salt, size_t salt_len, uint32_t ttl_ms,
+                                 size_t* cached_tokens, tutti_lease** out);
+/* Unpins what the lease still holds, and frees it. Accepts NULL. Since 0.4.0. */
+TUTTI_API void tutti_lease_release(tutti_lease* lease);
+
 /* ---- Batches ---------------------------------------------------------------------------
  * A batch loads or stores the KV of several requests. After submit it is consumed per layer:
  * tutti_batch_wait_layer(b, L) returns once layer L of every request has landed in the blocks

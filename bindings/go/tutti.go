@@ -241,6 +241,41 @@ func (rt *Runtime) Lookup(tokens []int32, salt []byte) (int, error) {
 	return int(hit), err
 }
 
+// Lease is what LookupLease found, pinned until Release (it may outlive the runtime).
+type Lease struct {
+	h      *C.tutti_lease
+	Tokens int // the cached tokens it pins
+}
+
+// LookupLease is Lookup that pins what it found until Release, or until ttlMs milliseconds have
+// passed (0: no expiry): a load meanwhile cannot miss it through eviction.
+func (rt *Runtime) LookupLease(tokens []int32, salt []byte, ttlMs uint32) (*Lease, error) {
+	h, err := rt.handle()
+	if err != nil {
+		return nil, err
+	}
+	t, n := int32s(tokens)
+	s, sn := bytesOf(salt)
+	var hit C.size_t
+	var l *C.tutti_lease
+	err = locked(func() C.int { return C.tutti_lookup_lease(h, t, n, s, sn, C.uint32_t(ttlMs), &hit, &l) })
+	if err != nil {
+		return nil, err
+	}
+	lease := &Lease{h: l, Tokens: int(hit)}
+	runtime.SetFinalizer(lease, (*Lease).Release)
+	return lease, nil
+}
+
+// Release unpins what the lease holds; later calls do nothing.
+func (l *Lease) Release() {
+	if l.h != nil {
+		C.tutti_lease_release(l.h)
+		l.h = nil
+		runtime.SetFinalizer(l, nil)
+	}
+}
+
 // Stats are the runtime's counters.
 type Stats struct {
 	Layers                                                       uint32

@@ -113,6 +113,29 @@ func TestStoreByLayer(t *testing.T) {
 	kv.check(t, prompt{tokens: tokens, table: loaded}, 0, len(tokens), 0, layers)
 }
 
+func TestLeasePinsWhatItFound(t *testing.T) {
+	kv := newKV(t)
+	rt := open(t, kv)
+	tokens := make([]int32, 128)
+	for i := range tokens {
+		tokens[i] = int32(5000 + i)
+	}
+	table := []int32{0, 1, 2, 3, 4, 5, 6, 7}
+	kv.fill(prompt{tokens: tokens, table: table}, 0, len(tokens))
+	run(t, rt, Store, Request{Tokens: tokens, BlockTable: table, TokenEnd: TokensAll})
+	lease, err := rt.LookupLease(tokens, nil, 0)
+	if err != nil || lease.Tokens != 128 {
+		t.Fatalf("lease of %d tokens, %v", lease.Tokens, err)
+	}
+	miss, err := rt.LookupLease(tokens[:10], nil, 5)
+	if err != nil || miss.Tokens != 0 {
+		t.Fatalf("a miss leased %d tokens, %v", miss.Tokens, err)
+	}
+	miss.Release()
+	lease.Release()
+	lease.Release() // a second release does nothing
+}
+
 func TestSaltAndErrors(t *testing.T) {
 	kv := newKV(t)
 	rt := open(t, kv)

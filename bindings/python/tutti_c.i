@@ -101,6 +101,7 @@ static PyObject* tutti_py_append(PyObject* result, PyObject* o) {
 TUTTI_OUT_HANDLE(tutti_options)
 TUTTI_OUT_HANDLE(tutti_runtime)
 TUTTI_OUT_HANDLE(tutti_batch)
+TUTTI_OUT_HANDLE(tutti_lease)
 
 /* Token ids: any buffer of int32 (or tensor), no copy. */
 %typemap(in) (const int32_t* tokens, size_t num_tokens) {

@@ -22,6 +22,10 @@ struct tutti_runtime {
 struct tutti_batch {
   std::unique_ptr<tutti::Batch> impl;
 };
+struct tutti_lease {
+  std::shared_ptr<tutti::Runtime> rt;
+  uint64_t id = 0;
+};
 
 namespace {
 
@@ -163,6 +167,26 @@ int tutti_lookup(tutti_runtime* rt, const int32_t* tokens, size_t num_tokens, co
     *cached_tokens = 0;
     *cached_tokens = rt->impl->lookup(tokens, num_tokens, salt, salt_len);
   });
+}
+
+int tutti_lookup_lease(tutti_runtime* rt, const int32_t* tokens, size_t num_tokens, const void* salt, size_t salt_len,
+                       uint32_t ttl_ms, size_t* cached_tokens, tutti_lease** out) {
+  return guard([&] {
+    need(rt, "rt");
+    need(cached_tokens, "cached_tokens");
+    need(out, "out");
+    *out = nullptr;
+    auto lease = std::make_unique<tutti_lease>();
+    lease->rt = rt->impl;
+    lease->id = rt->impl->lookup_lease(tokens, num_tokens, salt, salt_len, ttl_ms, cached_tokens);
+    *out = lease.release();
+  });
+}
+
+void tutti_lease_release(tutti_lease* lease) {
+  if (!lease) return;
+  lease->rt->release_lease(lease->id);
+  delete lease;
 }
 
 int tutti_batch_create(tutti_runtime* rt, tutti_op op, tutti_batch** out) {

@@ -108,6 +108,7 @@ void Batch::submit() {
 }
 
 void Batch::plan() {
+  if (!is_load()) rt_->expire_leases();  // before claiming slots: expired pins are evictable
   Index& index = rt_->index();
   const KvBinding& kv = rt_->binding();
   const size_t ct = rt_->config().chunk_tokens;

@@ -213,6 +213,57 @@ size_t Runtime::lookup(const int32_t* tokens, size_t n, const void* salt, size_t
   return hit * cfg_.chunk_tokens;
 }
 
+uint64_t Runtime::lookup_lease(const int32_t* tokens, size_t n, const void* salt, size_t salt_len, uint32_t ttl_ms,
+                               size_t* hit) {
+  require_registered();
+  TUTTI_EXPECT(tokens != nullptr || n == 0, "tokens is NULL");
+  TUTTI_EXPECT(salt != nullptr || salt_len == 0, "salt is NULL but salt_len is not 0");
+  expire_leases();
+  Lease lease;
+  const auto keys = chunk_keys(root(salt, salt_len), tokens, n, cfg_.chunk_tokens);
+  for (const Key& key : keys) {
+    auto slot = index_->pin(key);  // the prefix up to the first miss, as lookup counts it
+    if (!slot) break;
+    lease.slots.push_back(*slot);
+  }
+  lease.deadline = ttl_ms ? std::chrono::steady_clock::now() + std::chrono::milliseconds(ttl_ms)
+                          : std::chrono::steady_clock::time_point::max();
+  counters_.lookups++;
+  counters_.hit_chunks += lease.slots.size();
+  if (lease.slots.size() < keys.size()) counters_.miss_chunks++;
+  *hit = lease.slots.size() * cfg_.chunk_tokens;
+  std::lock_guard lock(leases_mu_);
+  const uint64_t id = ++next_lease_;
+  try {
+    leases_.emplace(id, std::move(lease));
+  } catch (...) {
+    for (uint64_t slot : lease.slots) index_->unpin(slot);
+    throw;
+  }
+  return id;
+}
+
+void Runtime::release_lease(uint64_t id) {
+  std::lock_guard lock(leases_mu_);
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return;
+  for (uint64_t slot : it->second.slots) index_->unpin(slot);
+  leases_.erase(it);
+}
+
+void Runtime::expire_leases() {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(leases_mu_);
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    if (it->second.deadline > now) {
+      ++it;
+      continue;
+    }
+    for (uint64_t slot : it->second.slots) index_->unpin(slot);
+    it = leases_.erase(it);
+  }
+}
+
 tutti_stats Runtime::stats() const {
   tutti_stats s{};
   s.struct_size = sizeof s;

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,6 +52,13 @@ class Runtime {
   void batch_started();
   void batch_ended();
   size_t lookup(const int32_t* tokens, size_t n, const void* salt, size_t salt_len);
+  // lookup that pins what it found until release_lease(id) or, with ttl_ms > 0, until that
+  // long has passed (expired leases are released before a store claims slots). Returns the
+  // lease's id; *hit the cached tokens.
+  uint64_t lookup_lease(const int32_t* tokens, size_t n, const void* salt, size_t salt_len, uint32_t ttl_ms,
+                        size_t* hit);
+  void release_lease(uint64_t id);  // an id released or expired before: nothing
+  void expire_leases();
   const char* backend_name() const { return backend_name_.load(); }
   tutti_stats stats() const;
   std::vector<uint64_t> layer_wait_ns() const;
@@ -95,6 +104,13 @@ class Runtime {
   std::unique_ptr<Scheduler> scheduler_;  // last: stopped first
   uint64_t torn_records_ = 0;
   std::atomic<uint64_t> load_epoch_{0};  // numbers load batches for stream-ordered waits
+  struct Lease {
+    std::vector<uint64_t> slots;                    // pinned
+    std::chrono::steady_clock::time_point deadline;  // max(): none
+  };
+  std::mutex leases_mu_;
+  std::map<uint64_t, Lease> leases_;  // by id
+  uint64_t next_lease_ = 0;
   Counters counters_;
 };
 

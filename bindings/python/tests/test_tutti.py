@@ -11,7 +11,7 @@ import pytest
 
 import fixture
 import tutti
-from fixture import BLOCKS, BT, DIM, HEADS, LAYERS, POISON, make_kv, open_runtime
+from fixture import BLOCKS, BT, DIM, ELEM, HEADS, LAYERS, POISON, make_kv, open_runtime
 from tutti import tutti_c
 
 
@@ -78,6 +78,41 @@ def test_store_by_layer(tmp_path):
             b.submit()
             b.wait()
         fixture.check(kv, tokens, table)
+
+
+def test_a_lease_keeps_a_prefix_from_eviction(tmp_path):
+    kv = make_kv()
+    table = np.arange(8, dtype=np.int32)
+    rt = tutti.Runtime(pool=str(tmp_path / "pool"), capacity="2M", chunk_tokens=64, staging="8M")
+    rt.register_kv(tutti.KvLayout.paged(LAYERS, BLOCKS, BT, HEADS, DIM, ELEM, k=kv))
+    leased = np.arange(128, dtype=np.int32)
+    fixture.fill(kv, leased, table)
+    with rt.batch("store") as b:
+        b.add(leased, table)
+        b.submit()
+        b.wait()
+
+    def store_others(seed):
+        for i in range(rt.stats()["slots_total"] // 2 + 4):
+            with rt.batch("store") as b:
+                b.add(np.arange(10_000 * (seed + i + 1), 10_000 * (seed + i + 1) + 128, dtype=np.int32), table)
+                b.submit()
+                b.wait()
+
+    with rt.lookup_lease(leased) as lease:
+        assert lease.tokens == 128
+        store_others(0)
+        assert rt.stats()["evictions"] > 0 and rt.lookup(leased) == 128
+        fixture.poison(kv)
+        with rt.batch("load") as b:
+            b.add(leased, table)
+            b.submit()
+            b.wait()
+        fixture.check(kv, leased, table)
+    store_others(1000)
+    assert rt.lookup(leased) == 0  # released: evictable again
+    assert rt.lookup_lease(np.arange(7, 71, dtype=np.int32), ttl_ms=5).tokens == 0
+    rt.close()
 
 
 def test_buffers_of_any_kind_and_salts(tmp_path):

@@ -214,6 +214,20 @@ class Batch(_Handle):
         self._requests = []
 
 
+class Lease(_Handle):
+    """What Runtime.lookup_lease found (`tokens`), pinned until closed (or the end of a with
+    block), or until its ttl_ms have passed. It may outlive its runtime."""
+
+    _what = "lease"
+
+    def __init__(self, raw, tokens: int, rt: "Runtime"):
+        super().__init__()
+        self._raw, self.tokens, self._rt = raw, tokens, rt
+
+    def _destroy(self, raw) -> None:
+        _c.tutti_lease_release(raw)
+
+
 class Runtime(_Handle):
     """A pool and a registered KV cache. Options are tutti.h's keys (pool, capacity, chunk_tokens,
     backend, ...); values are converted with str(). Unset keys come from TUTTI_* variables."""
@@ -243,6 +257,12 @@ class Runtime(_Handle):
     def lookup(self, tokens, salt: Optional[bytes] = None) -> int:
         """How many leading tokens are cached (a multiple of chunk_tokens)."""
         return _split(_c.tutti_lookup(self._handle(), tokens, salt))
+
+    def lookup_lease(self, tokens, salt: Optional[bytes] = None, ttl_ms: int = 0) -> Lease:
+        """lookup, and what it found stays pinned (never evicted) until the lease is closed or
+        ttl_ms have passed (0: no expiry), so a load submitted meanwhile cannot miss it."""
+        hit, raw = _split(_c.tutti_lookup_lease(self._handle(), tokens, salt, ttl_ms))
+        return Lease(raw, hit, self)
 
     def batch(self, op: str) -> Batch:
         return Batch(self, op)

@@ -239,6 +239,20 @@ impl Runtime {
         Ok(hit)
     }
 
+    /// `lookup` that pins what it found until the lease is dropped, or until `ttl_ms` have
+    /// passed (0: no expiry): a load meanwhile cannot miss it through eviction.
+    pub fn lookup_lease(&self, tokens: &[i32], salt: Option<&[u8]>, ttl_ms: u32) -> Result<Lease> {
+        let mut hit = 0usize;
+        let mut raw: *mut sys::tutti_lease = ptr::null_mut();
+        let (s, sn) = salt.map_or((ptr::null(), 0), |s| (s.as_ptr() as *const c_void, s.len()));
+        // Safety: the slices are valid for the call; valid out-pointers.
+        check(unsafe {
+            sys::tutti_lookup_lease(self.raw.as_ptr(), tokens.as_ptr(), tokens.len(), s, sn, ttl_ms, &mut hit, &mut raw)
+        })?;
+        let raw = NonNull::new(raw).ok_or_else(|| Error::new(EINVAL, "no lease"))?;
+        Ok(Lease { raw, tokens: hit })
+    }
+
     /// A new, empty batch. It borrows the runtime and, through `add`, the requests' slices.
     pub fn batch<'a>(&'a self, op: Op) -> Result<Batch<'a>> {
         let mut raw: *mut sys::tutti_batch = ptr::null_mut();
@@ -362,6 +376,23 @@ impl<'a> Batch<'a> {
         })?;
         out.truncate(n);
         Ok(out)
+    }
+}
+
+/// What `Runtime::lookup_lease` found, pinned until dropped (it may outlive the runtime).
+pub struct Lease {
+    raw: NonNull<sys::tutti_lease>,
+    /// The cached tokens it pins.
+    pub tokens: usize,
+}
+
+// Safety: a lease is released once, from whichever thread drops it; tutti locks internally.
+unsafe impl Send for Lease {}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        // Safety: owned, released once.
+        unsafe { sys::tutti_lease_release(self.raw.as_ptr()) };
     }
 }
 

@@ -88,6 +88,23 @@ fn store_by_layer() {
 }
 
 #[test]
+fn a_lease_pins_what_it_found() {
+    let dir = temp_dir("lease");
+    let mut kv = Kv::new();
+    let rt = open(&dir, &mut kv);
+    let tokens: Vec<i32> = (5000..5128).collect();
+    let table: Vec<i32> = (0..8).collect();
+    kv.fill(&Prompt { tokens: &tokens, table: &table, seed: 0 }, 0, tokens.len());
+    run(&rt, Op::Store, &[Request::new(&tokens, &table)]).unwrap();
+    let lease = rt.lookup_lease(&tokens, None, 0).unwrap();
+    assert_eq!(lease.tokens, 128);
+    assert_eq!(rt.lookup_lease(&tokens[..10], None, 5).unwrap().tokens, 0);
+    drop(rt); // a lease may outlive its runtime
+    drop(lease);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
 fn salts_ranges_and_errors() {
     let dir = temp_dir("errors");
     let mut kv = Kv::new();
