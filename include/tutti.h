@@ -343,6 +343,11 @@ TUTTI_API int tutti_batch_wait_layer_async(tutti_batch* b, uint32_t layer, void*
  * another op, a layer out of range or one declared twice, TUTTI_ESTATE before submit. Since
  * 0.4.0. */
 TUTTI_API int tutti_batch_layer_ready(tutti_batch* b, uint32_t layer, void* cuda_stream);
+/* How far a submitted batch has come, without blocking: *layers_done is how many layers are done
+ * in order from layer 0 (tutti_batch_wait_layer returns at once for those), and *done is 1 once
+ * the whole batch is (a store: committed), else 0: tutti_batch_wait then returns at once.
+ * Returns TUTTI_ESTATE before submit. Since 0.4.0. */
+TUTTI_API int tutti_batch_poll(const tutti_batch* b, uint32_t* layers_done, int* done);
 /* Blocks until the batch is done (a store: committed). Returns the first request error, if any. */
 TUTTI_API int tutti_batch_wait(tutti_batch* b);
 TUTTI_API int tutti_batch_result(const tutti_batch* b, size_t request, tutti_result* out);

@@ -134,6 +134,19 @@ func (b *Batch) LayerReady(layer int, stream uintptr) error {
 	})
 }
 
+// Poll says how far the batch has come, without blocking: the layers done in order from layer
+// 0, and whether the whole batch is done.
+func (b *Batch) Poll() (int, bool, error) {
+	h, err := b.handle()
+	if err != nil {
+		return 0, false, err
+	}
+	var layers C.uint32_t
+	var done C.int
+	err = locked(func() C.int { return C.tutti_batch_poll(h, &layers, &done) })
+	return int(layers), done != 0, err
+}
+
 // Wait blocks until the batch is done (a store: committed); the first request error, if any.
 func (b *Batch) Wait() error {
 	h, err := b.handle()

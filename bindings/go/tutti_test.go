@@ -91,6 +91,9 @@ func TestStoreByLayer(t *testing.T) {
 	if err := b.Submit(); err != nil {
 		t.Fatal(err)
 	}
+	if n, done, err := b.Poll(); err != nil || n != 0 || done {
+		t.Fatalf("poll before any layer is ready: %d %v %v", n, done, err)
+	}
 	for l := 0; l < layers; l++ {
 		if hit, _ := rt.Lookup(tokens, nil); hit != 0 {
 			t.Fatalf("visible before its last layer was ready: %d tokens", hit)
@@ -101,6 +104,9 @@ func TestStoreByLayer(t *testing.T) {
 	}
 	if err := b.Wait(); err != nil {
 		t.Fatal(err)
+	}
+	if n, done, err := b.Poll(); err != nil || n != layers || !done {
+		t.Fatalf("poll after wait: %d %v %v", n, done, err)
 	}
 	if err := b.LayerReady(0, 0); !errors.Is(err, EINVAL) {
 		t.Fatalf("a layer declared twice: %v", err)

@@ -120,6 +120,10 @@ TUTTI_OUT_HANDLE(tutti_lease)
   $2 = n;
 }
 %typemap(in, numinputs=0) size_t* cached_tokens (size_t tmp = 0) { $1 = &tmp; }
+%typemap(in, numinputs=0) uint32_t* layers_done (uint32_t tmp = 0) { $1 = &tmp; }
+%typemap(argout) uint32_t* layers_done { $result = tutti_py_append($result, PyLong_FromUnsignedLong(*$1)); }
+%typemap(in, numinputs=0) int* done (int tmp = 0) { $1 = &tmp; }
+%typemap(argout) int* done { $result = tutti_py_append($result, PyBool_FromLong(*$1)); }
 %typemap(argout) size_t* cached_tokens { $result = tutti_py_append($result, PyLong_FromSize_t(*$1)); }
 
 /* Results and statistics come back as new objects. */

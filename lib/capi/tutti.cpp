@@ -235,6 +235,15 @@ int tutti_batch_layer_ready(tutti_batch* b, uint32_t layer, void* cuda_stream) {
   });
 }
 
+int tutti_batch_poll(const tutti_batch* b, uint32_t* layers_done, int* done) {
+  return guard([&] {
+    need(b, "batch");
+    need(layers_done, "layers_done");
+    need(done, "done");
+    b->impl->poll(layers_done, done);
+  });
+}
+
 int tutti_batch_wait(tutti_batch* b) {
   return guard([&] {
     need(b, "batch");

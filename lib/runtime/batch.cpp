@@ -390,6 +390,12 @@ void Batch::layer_ready(uint32_t layer, void* stream) {
   rt_->scheduler().notify();
 }
 
+void Batch::poll(uint32_t* layers_done, int* done) const {
+  TUTTI_EXPECT_CODE(state_ != State::kBuilding, TUTTI_ESTATE, "poll before submit");
+  *done = state_ == State::kDone;  // first: a batch seen done has every layer done too
+  *layers_done = done_prefix();
+}
+
 void Batch::settle() {
   {
     std::unique_lock lock(mu_);

@@ -96,6 +96,11 @@ static void store_in_order(void** state, const uint32_t* order) {
   for (uint32_t i = 0; i < LAYERS; i++) {
     sleep_ms(20);
     TH_EQ(th_lookup(rt, &p), 0); /* nothing is visible before the last layer is written */
+    uint32_t written = 99;
+    int done = 1;
+    TH_OK(tutti_batch_poll(b, &written, &done));
+    TH_EQ(done, 0);
+    if (i == 0) TH_EQ(written, 0); /* no layer is written before it is ready */
     reveal(&s, order[i]);
     TH_OK(tutti_batch_layer_ready(b, order[i], NULL));
   }
@@ -197,11 +202,19 @@ static void test_refusals(void** state) {
   TH_OK(tutti_batch_create(rt, TUTTI_OP_STORE_BY_LAYER, &b));
   TH_OK(tutti_batch_add(b, &r, 1));
   TH_ERR(TUTTI_ESTATE, tutti_batch_layer_ready(b, 0, NULL)); /* before submit */
+  uint32_t written = 0;
+  int done = 0;
+  TH_ERR(TUTTI_ESTATE, tutti_batch_poll(b, &written, &done));
   TH_OK(tutti_batch_submit(b));
   TH_ERR(TUTTI_EINVAL, tutti_batch_layer_ready(b, LAYERS, NULL));
   for (uint32_t l = 0; l < LAYERS; l++) TH_OK(tutti_batch_layer_ready(b, l, NULL));
   TH_ERR(TUTTI_EINVAL, tutti_batch_layer_ready(b, 1, NULL)); /* twice */
   TH_OK(tutti_batch_wait(b));
+  TH_OK(tutti_batch_poll(b, &written, &done));
+  TH_EQ(written, LAYERS);
+  TH_EQ(done, 1);
+  TH_ERR(TUTTI_EINVAL, tutti_batch_poll(b, NULL, &done));
+  TH_ERR(TUTTI_EINVAL, tutti_batch_poll(NULL, &written, &done));
   tutti_batch_destroy(b);
 
   TH_ERR(TUTTI_EINVAL, tutti_batch_create(rt, (tutti_op)3, &b));

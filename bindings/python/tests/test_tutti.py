@@ -62,11 +62,13 @@ def test_store_by_layer(tmp_path):
         with rt.batch("store_by_layer") as b:
             b.add(tokens, table)
             b.submit()
+            assert b.poll() == (0, False)  # nothing is written before it is ready
             for l in range(LAYERS):
                 assert rt.lookup(tokens) == 0
                 kv[l][...] = computed[l]  # the engine computes layer l
                 b.layer_ready(l)
             b.wait()
+            assert b.poll() == (LAYERS, True)
             assert b.result(0) == tutti.Result(0, 4, 4, 256)
             with pytest.raises(tutti.Error) as e:
                 b.layer_ready(0)

@@ -17,7 +17,7 @@ is done, which Batch ensures by holding them.
 """
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Tuple
 
 from . import tutti_c as _c
 
@@ -198,6 +198,11 @@ class Batch(_Handle):
         (in CUDA memory: in the order of `stream`, as for wait_layer; None: the default stream).
         Never blocks."""
         _check(_c.tutti_batch_layer_ready(self._handle(), layer, getattr(stream, "cuda_stream", stream)))
+
+    def poll(self) -> Tuple[int, bool]:
+        """(layers done in order from layer 0, whether the whole batch is done); never blocks."""
+        layers, done = _split(_c.tutti_batch_poll(self._handle()))
+        return layers, done
 
     def wait(self) -> None:
         _check(_c.tutti_batch_wait(self._handle()))

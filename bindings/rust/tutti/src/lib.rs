@@ -352,6 +352,15 @@ impl<'a> Batch<'a> {
         check(unsafe { sys::tutti_batch_layer_ready(self.raw.as_ptr(), layer, cuda_stream) })
     }
 
+    /// How far the batch has come, without blocking: the layers done in order from layer 0, and
+    /// whether the whole batch is done.
+    pub fn poll(&self) -> Result<(u32, bool)> {
+        let (mut layers, mut done) = (0u32, 0i32);
+        // Safety: a live batch; valid out-pointers.
+        check(unsafe { sys::tutti_batch_poll(self.raw.as_ptr(), &mut layers, &mut done) })?;
+        Ok((layers, done != 0))
+    }
+
     /// Blocks until the batch is done (a store: committed); the first request error, if any.
     pub fn wait(&mut self) -> Result<()> {
         // Safety: a live batch.

@@ -72,11 +72,13 @@ fn store_by_layer() {
     let mut b = rt.batch(Op::StoreByLayer).unwrap();
     b.add(&[Request::new(&tokens, &stored)]).unwrap();
     b.submit().unwrap();
+    assert_eq!(b.poll().unwrap(), (0, false));
     for l in 0..LAYERS {
         assert_eq!(rt.lookup(&tokens, None).unwrap(), 0);
         b.layer_ready(l, std::ptr::null_mut()).unwrap();
     }
     b.wait().unwrap();
+    assert_eq!(b.poll().unwrap(), (LAYERS, true));
     assert_eq!(b.layer_ready(0, std::ptr::null_mut()).unwrap_err().code, tutti::EINVAL);
     drop(b);
     assert_eq!(rt.lookup(&tokens, None).unwrap(), 128);
