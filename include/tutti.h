@@ -143,10 +143,11 @@ TUTTI_API const char* tutti_last_error(void);
  *                    chunk-layers most recently stored or loaded: a load of one still there
  *                    is a memcpy, not an I/O. Write-through; the pool stays the truth. With the
  *                    CPU producers (uring, posix, passthru, nvme), also into CUDA memory.
- *   staging          bytes of aligned staging memory (default 256M), at least one chunk-layer.
- *                    A load into CUDA memory holds each chunk-layer's buffer until a copy
- *                    kernel moved it into the blocks; what does not fit goes in waves. Only
- *                    gpu-uring holds a whole layer of the batch, and refuses a smaller staging.
+ *   staging          bytes of aligned staging memory (default 256M; less is rounded up to one
+ *                    chunk-layer). A load into CUDA memory holds each chunk-layer's buffer
+ *                    until a copy kernel moved it into the blocks; what does not fit goes in
+ *                    waves. Only gpu-uring holds whole layers of the batch (up to lookahead of
+ *                    them), and refuses a staging smaller than one. Stores hold at most half.
  *   device_staging   bytes of GPU memory, half for loads and half for stores, that bytes
  *                    between host memory (staging of uring, posix, passthru, nvme; the dram
  *                    pool) and CUDA memory cross through on the GPU's copy engines; the copy
@@ -319,12 +320,13 @@ TUTTI_API int tutti_batch_wait_layer(tutti_batch* b, uint32_t layer);
 /* CUDA memory only: a wait for layer `layer` of this load batch, and of every load batch
  * submitted before it, ordered with `cuda_stream` (a cudaStream_t; NULL = the legacy default
  * stream): work queued on the stream after the call sees those batches' bytes of the layer in
- * the blocks. A batch submitted later is not waited for (an engine may submit the next step's
- * load while this step's work is queued). Outside graph capture (option stream_wait=host, the
+ * the blocks. A batch submitted later is not waited for by the call (an engine may submit the
+ * next step's load while this step's work is queued). Outside graph capture (option stream_wait=host, the
  * default) the call blocks until the bytes are in place or every copy that brings them is
  * queued on tutti's own CUDA stream; then it makes `cuda_stream` wait for those copies with a
- * CUDA event. Either way the GPU only ever waits for work already queued, never for tutti's
- * threads. Inside CUDA graph capture (or with stream_wait=gpu) it returns at once and a
+ * CUDA event (one stream, in order: the GPU may then also wait for copies tutti queued before,
+ * of a later batch too). Either way the GPU only ever waits for work already queued, never for
+ * tutti's threads. Inside CUDA graph capture (or with stream_wait=gpu) it returns at once and a
  * one-warp kernel on the stream spins until the layer is in place; a captured wait applies to
  * whichever load batch is the most recent one when it runs (and the ones before it), so
  * submit a batch before launching a graph that waits on it. A spinning wait holds its stream,
@@ -339,7 +341,8 @@ TUTTI_API int tutti_batch_wait_layer_async(tutti_batch* b, uint32_t layer, void*
  * before reading the layer, so the call never blocks; in host memory `cuda_stream` is ignored.
  * Layers are written in order, each once it and every layer before it are ready; the batch
  * commits when every layer is written, so tutti_batch_wait blocks until the last layer is
- * declared ready. Destroying the batch before that stores nothing. Returns TUTTI_EINVAL for
+ * declared ready, and so does tutti_runtime_close. Destroying the batch before that stores
+ * nothing (and does not wait for other batches). Returns TUTTI_EINVAL for
  * another op, a layer out of range or one declared twice, TUTTI_ESTATE before submit. Since
  * 0.4.0. */
 TUTTI_API int tutti_batch_layer_ready(tutti_batch* b, uint32_t layer, void* cuda_stream);

@@ -13,8 +13,26 @@ inline void check(cudaError_t e, const char* what, SourceSite site = SourceSite:
   if (e != cudaSuccess) fail(TUTTI_EIO, std::string("CUDA ") + what + ": " + cudaGetErrorString(e), site);
 }
 
-struct Guard {  // the calling thread works on the runtime's device
-  explicit Guard(int ordinal) { check(cudaSetDevice(ordinal), "cudaSetDevice"); }
+// The calling thread works on the runtime's device for the guard's scope, then on its own
+// again: an engine thread that calls tutti keeps the device it had.
+class Guard {
+ public:
+  explicit Guard(int ordinal) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ == ordinal) {
+      previous_ = -1;
+      return;
+    }
+    check(cudaSetDevice(ordinal), "cudaSetDevice");
+  }
+  ~Guard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  Guard(const Guard&) = delete;
+  Guard& operator=(const Guard&) = delete;
+
+ private:
+  int previous_ = -1;
 };
 
 }  // namespace tutti::gpu

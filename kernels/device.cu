@@ -346,17 +346,23 @@ void Device::mark_ready(uint32_t layer, uint64_t epoch) {
   ready_cv_.notify_all();
 }
 
-// The event is recorded after this batch's copies of the layer were queued, and after every
-// other mark that the publication below relies on (LayerEpochs::landed orders them), so its
-// newest record covers the copies of every batch up to the published epoch that is not in place.
-void Device::mark_queued(uint32_t layer, uint64_t epoch) {
-  const uint64_t upto = queued_epochs_->landed(layer, epoch);
-  Guard g(ordinal_);
-  if (cudaEventRecord(static_cast<cudaEvent_t>(queued_events_[layer]), static_cast<cudaStream_t>(stream_)) != cudaSuccess) {
-    cudaGetLastError();  // unpublished: waits for this epoch go on until the layer is in place
+// Record first, then count the epoch: whoever publishes an epoch (here or in mark_ready) does
+// so after every batch up to it has been counted, so after each of their records, and the
+// event's newest record covers the copies of every batch up to the published epoch that is
+// not in place. A record that fails leaves the epoch uncounted: waits for it go on until the
+// layer is in place. Never throws (it runs on I/O threads).
+void Device::mark_queued(uint32_t layer, uint64_t epoch) noexcept {
+  int previous = -1;
+  const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != ordinal_;
+  const bool recorded = (!switched || cudaSetDevice(ordinal_) == cudaSuccess) &&
+                        cudaEventRecord(static_cast<cudaEvent_t>(queued_events_[layer]),
+                                        static_cast<cudaStream_t>(stream_)) == cudaSuccess;
+  if (switched) cudaSetDevice(previous);
+  if (!recorded) {
+    cudaGetLastError();
     return;
   }
-  store_max(&queued_[layer], upto);
+  store_max(&queued_[layer], queued_epochs_->landed(layer, epoch));
   { std::lock_guard lock(ready_mu_); }
   ready_cv_.notify_all();
 }
@@ -405,9 +411,12 @@ void Device::sync_event(void* event) {
   check(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "the engine's work before a layer it declared ready");
 }
 
-void Device::destroy_event(void* event) {
-  cudaSetDevice(ordinal_);
+void Device::destroy_event(void* event) noexcept {
+  int previous = -1;
+  const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != ordinal_;
+  if (switched) cudaSetDevice(ordinal_);
   cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  if (switched) cudaSetDevice(previous);
 }
 
 bool Device::owns(const void* p) const {

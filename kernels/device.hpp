@@ -67,7 +67,7 @@ class Device {
   void begin_epoch(uint64_t epoch);              // a load batch is submitted
   void mark_ready(uint32_t layer, uint64_t epoch);  // no CUDA calls: callable in host callbacks
   // The batch's copies of the layer are all queued on the scatter stream (not in a host callback).
-  void mark_queued(uint32_t layer, uint64_t epoch);
+  void mark_queued(uint32_t layer, uint64_t epoch) noexcept;
   void set_gpu_waits(bool on) { gpu_waits_ = on; }  // option stream_wait=gpu
   // Waits for the batches up to `epoch`; inside graph capture, up to the newest when it runs.
   void enqueue_wait(void* stream, uint32_t layer, uint64_t epoch);
@@ -76,7 +76,7 @@ class Device {
   // for by a sleeping thread (blocking sync, no spinning), destroyed by their owner.
   void* record_event(void* stream);
   void sync_event(void* event);
-  void destroy_event(void* event);
+  void destroy_event(void* event) noexcept;
 
   // Pinned host memory the kernels read in place (a batch's descriptors and block ids): no
   // copies, no stream-ordered allocations, nothing that could meet an engine's graph capture.

@@ -20,11 +20,11 @@ void Device::set_layers(uint32_t) { no_cuda(); }
 void Device::set_staging(uint64_t, uint64_t) { no_cuda(); }
 void Device::begin_epoch(uint64_t) {}
 void Device::mark_ready(uint32_t, uint64_t) {}
-void Device::mark_queued(uint32_t, uint64_t) {}
+void Device::mark_queued(uint32_t, uint64_t) noexcept {}
 void Device::enqueue_wait(void*, uint32_t, uint64_t) { no_cuda(); }
 void* Device::record_event(void*) { no_cuda(); }
 void Device::sync_event(void*) { no_cuda(); }
-void Device::destroy_event(void*) {}
+void Device::destroy_event(void*) noexcept {}
 void* Device::host_alloc(size_t, uint64_t*) { no_cuda(); }
 void Device::host_free(void*) {}
 void Device::scatter(const CopyLayout&, void*, void*, uint64_t, size_t, uint64_t, void (*)(void*), void*, uint64_t,

@@ -1,7 +1,8 @@
 // Staging: a fixed budget of aligned host memory cut into equal buffers, handed out one per
 // in-flight I/O. Running out blocks the issuer, which is how the staging budget bounds how far
-// ahead of the consumer reads may run. Writes may hold at most half the buffers, so a load that
-// arrives while a store is in flight always finds some (reads before writes).
+// ahead of the consumer reads may run. Writes may hold at most half the buffers (with two or
+// more), so a load that arrives while a store is in flight always finds some (reads before
+// writes).
 #pragma once
 
 #include <sys/uio.h>

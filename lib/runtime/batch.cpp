@@ -37,11 +37,10 @@ Batch::~Batch() {
   // nothing: its chunks fail, and its remaining layers are issued with nothing left to write.
   if (by_layer() && state_ == State::kRunning && ready_prefix_.load() < layers_) {
     fail_all(TUTTI_ESTATE);
-    {
-      std::lock_guard lock(mu_);
-      std::fill(layer_ready_.begin(), layer_ready_.end(), 1);
-      ready_prefix_ = layers_;
-    }
+    cancelled_ = true;  // its layers go at once, even while loads are in flight
+    std::lock_guard lock(mu_);
+    std::fill(layer_ready_.begin(), layer_ready_.end(), 1);
+    ready_prefix_ = layers_;
     rt_->scheduler().notify();
   }
   {
@@ -375,19 +374,20 @@ void Batch::layer_ready(uint32_t layer, void* stream) {
   TUTTI_EXPECT_CODE(state_ != State::kBuilding, TUTTI_ESTATE, "layer_ready before submit");
   // In CUDA memory the layer is ready where the engine's stream is now: an event marks it.
   void* event = rt_->device() && state_ == State::kRunning ? rt_->device()->record_event(stream) : nullptr;
-  {
-    std::lock_guard lock(mu_);
-    if (layer_ready_[layer]) {
-      if (event) rt_->device()->destroy_event(event);
-      tutti::fail(TUTTI_EINVAL, "layer " + std::to_string(layer) + " was declared ready before");
-    }
-    layer_ready_[layer] = 1;
-    ready_events_[layer] = event;
-    uint32_t p = ready_prefix_.load();
-    while (p < layers_ && layer_ready_[p]) ++p;
-    ready_prefix_.store(p, std::memory_order_release);
+  std::lock_guard lock(mu_);
+  if (layer_ready_[layer]) {
+    if (event) rt_->device()->destroy_event(event);
+    tutti::fail(TUTTI_EINVAL, "layer " + std::to_string(layer) + " was declared ready before");
   }
-  rt_->scheduler().notify();
+  layer_ready_[layer] = 1;
+  ready_events_[layer] = event;
+  uint32_t p = ready_prefix_.load();
+  while (p < layers_ && layer_ready_[p]) ++p;
+  ready_prefix_.store(p, std::memory_order_release);
+  // Under the lock: the batch cannot finish meanwhile, so neither can a tutti_runtime_close
+  // that waits for it, which takes the scheduler away. A finished batch (nothing to write)
+  // needs no wake-up.
+  if (state_ == State::kRunning) rt_->scheduler().notify();
 }
 
 void Batch::poll(uint32_t* layers_done, int* done) const {

@@ -46,6 +46,7 @@ class Batch final : public Scheduled, private PathSink {
   uint32_t layers() const override { return layers_; }
   uint32_t done_prefix() const override { return done_prefix_.load(std::memory_order_acquire); }
   uint32_t ready_prefix() const override { return ready_prefix_.load(std::memory_order_acquire); }
+  bool cancelled() const override { return cancelled_.load(std::memory_order_acquire); }
   void issue_layer(uint32_t layer) override;  // hands one layer to the path
   void commit() override;                     // store: sync, write commit records, publish
 
@@ -103,6 +104,7 @@ class Batch final : public Scheduled, private PathSink {
   // in order from the first, and in CUDA memory the event each was declared at.
   std::vector<uint8_t> layer_ready_;
   std::atomic<uint32_t> ready_prefix_{0};
+  std::atomic<bool> cancelled_{false};  // destroyed before every layer was ready: writes nothing
   std::vector<void*> ready_events_;
   // The batch's first failure in words: which request, chunk and layer, the file, offset
   // and errno, or the checksum that did not match.

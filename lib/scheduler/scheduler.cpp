@@ -44,10 +44,10 @@ void Scheduler::notify() {
 }
 
 Scheduled* Scheduler::pick(bool stores, unsigned* layer) {
-  if (stores && loads_in_flight_) return nullptr;  // reads before writes
   std::deque<Scheduled*>& q = stores ? stores_ : loads_;
   for (auto it = q.begin(); it != q.end(); ++it) {
     Scheduled* b = *it;
+    if (stores && loads_in_flight_ && !b->cancelled()) continue;  // reads before writes
     if (b->next_issue >= b->ready_prefix() || b->next_issue >= b->done_prefix() + lookahead_) continue;
     *layer = b->next_issue++;
     // Once its last layer is handed out the batch may finish (and be freed) at any time.

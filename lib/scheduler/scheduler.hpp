@@ -2,10 +2,11 @@
 // `lookahead` layers in flight beyond the last layer the batch completed, so layer L+1..L+d
 // load while the engine consumes layer L. Reads before writes: loads have a thread of their
 // own, so a load that arrives while a store's layer is being issued (its gather, checksums and
-// staging) starts at once; the store thread issues a layer only while no load is in flight
-// (submitted and not all landed), so a store fits into the gaps between loads and never
-// shares the device with them, and it commits finished stores (sync, commit records), so I/O
-// threads never block on fsync. A store waits as long as loads keep the device busy.
+// staging) starts at once; the store thread starts a store's layer only while no load is in
+// flight (submitted and not all landed), so stores fit into the gaps between loads (a layer
+// already being written when a load arrives finishes alongside it), and it commits finished
+// stores (sync, commit records), so I/O threads never block on fsync. A store waits as long as
+// loads keep the device busy; a cancelled one, with nothing to write, does not.
 #pragma once
 
 #include <condition_variable>
@@ -23,6 +24,7 @@ class Scheduled {
   virtual uint32_t layers() const = 0;
   virtual uint32_t done_prefix() const = 0;   // layers landed in order from the first
   virtual uint32_t ready_prefix() const { return layers(); }  // layers that may be issued
+  virtual bool cancelled() const { return false; }  // a store with nothing left to write
   virtual void issue_layer(uint32_t layer) = 0;
   virtual void commit() = 0;                   // a store whose every layer is written
   uint32_t next_issue = 0;                     // guarded by the scheduler's mutex

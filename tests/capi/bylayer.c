@@ -124,7 +124,8 @@ static void test_in_order(void** state) {
   store_in_order(state, order);
 }
 
-/* Layers declared out of order are still written in order, once every layer before is ready. */
+/* Layers declared out of order: none is written before it is ready (the poison would show),
+ * and the batch commits after the last. */
 static void test_out_of_order(void** state) {
   const uint32_t order[LAYERS] = {3, 1, 2, 0};
   store_in_order(state, order);

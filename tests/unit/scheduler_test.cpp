@@ -22,6 +22,7 @@ class FakeBatch final : public Scheduled {
   bool is_load() const override { return load_; }
   uint32_t layers() const override { return layers_; }
   uint32_t done_prefix() const override { return landed_.load(); }
+  bool cancelled() const override { return cancelled_.load(); }
   void issue_layer(uint32_t layer) override {
     std::lock_guard lock(*mu_);
     log_->push_back(std::string(load_ ? "load " : "store ") + std::to_string(layer));
@@ -33,6 +34,7 @@ class FakeBatch final : public Scheduled {
     cv_->notify_all();
   }
   std::atomic<uint32_t> landed_{0};
+  std::atomic<bool> cancelled_{false};
 
  private:
   const bool load_;
@@ -90,6 +92,21 @@ TEST(Scheduler, ALoadIsIssuedWhileAStoreIsInFlight) {
   store.landed_ = 3;  // lets the scheduler hand out the last layer before it is destroyed
   s.notify();
   EXPECT_EQ(log.at_least(4).back(), "store 2");
+}
+
+// A store cancelled by its owner has nothing to write: it finishes even while loads are in
+// flight, so destroying it does not wait for unrelated loads.
+TEST(Scheduler, ACancelledStoreDoesNotWaitForLoads) {
+  Log log;
+  FakeBatch load(true, 1, &log.lines, &log.mu, &log.cv), store(false, 1, &log.lines, &log.mu, &log.cv);
+  Scheduler s(4);
+  s.enqueue(&load);
+  EXPECT_EQ(log.at_least(1).back(), "load 0");
+  store.cancelled_ = true;
+  s.enqueue(&store);
+  EXPECT_EQ(log.at_least(2).back(), "store 0");
+  load.landed_ = 1;
+  s.load_landed();
 }
 
 }  // namespace

@@ -49,6 +49,34 @@ TEST(Staging, AWriteBlockedOnItsHalfWakesWhenAWriteReleases) {
   s.release(w1);
 }
 
+// A read and a write both waiting, for different things: a buffer freed while the writes' half
+// is still out must reach the read (a single wake-up could go to the write, which sleeps again).
+TEST(Staging, AFreedBufferReachesAWaitingReadWhileAWriteWaitsToo) {
+  Staging s(2 * 4096, 4096);  // writes may hold one
+  Staging::Buffer w = s.acquire(true), r = s.acquire(false);
+  std::atomic<int> waiting{0};
+  std::atomic<bool> read_got{false};
+  std::thread writer([&] {
+    ++waiting;
+    Staging::Buffer b = s.acquire(true);  // until w is released
+    s.release(b);
+  });
+  std::thread reader([&] {
+    ++waiting;
+    Staging::Buffer b = s.acquire(false);  // until r is released
+    read_got = true;
+    s.release(b);
+  });
+  while (waiting.load() < 2) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // both asleep in acquire
+  s.release(r);
+  for (int i = 0; i < 200 && !read_got.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(read_got.load()) << "the freed buffer did not reach the waiting read";
+  s.release(w);
+  reader.join();
+  writer.join();
+}
+
 TEST(Staging, OneBufferServesWritesToo) {
   Staging s(4096, 4096);
   Staging::Buffer b;
