@@ -551,6 +551,56 @@ TEST_P(GpuEpochs, AWaitNeverPassesBeforeAnOlderBatchsLayer) {
 
 INSTANTIATE_TEST_SUITE_P(WaitModes, GpuEpochs, ::testing::Values("host", "gpu"));
 
+// A store by layer whose layers are declared ready on a CUDA stream that is still busy (a host
+// function sleeps on it before each layer's bytes are copied in): tutti's writer waits for the
+// stream by event, so what it stores is the computed KV, never the zeros there before; the
+// engine's thread never blocks. Then a load brings the bytes back. uring and dram.
+class GpuByLayer : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GpuByLayer, WritesWhatTheStreamComputed) {
+  const Case c = GetParam();
+  Dir dir(c.shm);
+  const uint32_t layers = 4, blocks = 64, bt = 16;
+  DeviceKv kv(layers, blocks, bt, 8, 128, 0);
+  std::vector<int32_t> table(blocks), tokens(48 * bt);
+  for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>((i * 11) % blocks);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i * 7 + 3);
+  kv.fill(tokens, table.data());
+  void* computed = tutti::gpu::alloc(0, kv.ref.size());  // what the "model" writes, layer by layer
+  tutti::gpu::copy_to_device(computed, kv.ref.data(), kv.ref.size());
+  kv.zero();
+  tutti_runtime* rt = open_runtime(dir.path + "/pool", c.backend, kv.layout);
+  ASSERT_NE(rt, nullptr);
+  Watchdog watchdog("GpuByLayer: the store did not finish");
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  tutti_batch* b = nullptr;
+  tutti_request r = whole_prompt(tokens, table.data(), bt);
+  ASSERT_EQ(tutti_batch_create(rt, TUTTI_OP_STORE_BY_LAYER, &b), 0);
+  ASSERT_EQ(tutti_batch_add(b, &r, 1), 0);
+  ASSERT_EQ(tutti_batch_submit(b), 0);
+  auto nap = [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(30)); };
+  for (uint32_t l = 0; l < layers; ++l) {
+    ASSERT_EQ(cudaLaunchHostFunc(s, nap, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaMemcpyAsync(kv.mem + l * kv.layer_bytes, static_cast<std::byte*>(computed) + l * kv.layer_bytes,
+                              kv.layer_bytes, cudaMemcpyDeviceToDevice, s),
+              cudaSuccess);
+    ASSERT_EQ(tutti_batch_layer_ready(b, l, s), 0) << tutti_last_error();
+  }
+  EXPECT_EQ(tutti_batch_wait(b), 0) << tutti_last_error();
+  tutti_batch_destroy(b);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  kv.zero();
+  std::vector<tutti_request> reqs{r};
+  ASSERT_EQ(run(rt, TUTTI_OP_LOAD, reqs, layers), 0) << tutti_last_error();
+  EXPECT_EQ(kv.check(tokens, table.data(), 0, tokens.size()), "");
+  cudaStreamDestroy(s);
+  tutti::gpu::free(computed);
+  tutti_runtime_close(rt);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GpuByLayer, ::testing::Values(Case{"uring", 0, true}, Case{"dram", 0, true, true}));
+
 // Two loads in flight at once, each with a layer of 60 chunk-layers, through a staging of four:
 // each layer goes into HBM in waves that free their buffers as their copy kernels run, so
 // neither batch waits for buffers the other holds (loads that staged whole layers refused this
