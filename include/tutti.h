@@ -340,9 +340,10 @@ TUTTI_API int tutti_batch_wait_layer_async(tutti_batch* b, uint32_t layer, void*
  * the legacy default stream): tutti records an event there and its store thread waits for it
  * before reading the layer, so the call never blocks; in host memory `cuda_stream` is ignored.
  * Layers are written in order, each once it and every layer before it are ready; the batch
- * commits when every layer is written, so tutti_batch_wait blocks until the last layer is
- * declared ready, and so does tutti_runtime_close. Destroying the batch before that stores
- * nothing (and does not wait for other batches). Returns TUTTI_EINVAL for
+ * commits when every layer is written. tutti_batch_wait before every layer is declared ready
+ * (and tutti_batch_wait_layer for a layer not declared) returns TUTTI_ESTATE instead of
+ * waiting for the caller itself. Destroying the batch, or closing its runtime, before every
+ * layer is declared stores nothing, and waits for no other batch. Returns TUTTI_EINVAL for
  * another op, a layer out of range or one declared twice, TUTTI_ESTATE before submit. Since
  * 0.4.0. */
 TUTTI_API int tutti_batch_layer_ready(tutti_batch* b, uint32_t layer, void* cuda_stream);

@@ -32,17 +32,18 @@ Batch::Batch(std::shared_ptr<Runtime> rt, tutti_op op) : rt_(std::move(rt)), op_
   if (by_layer()) layer_ready_.assign(layers_, 0), ready_events_.assign(layers_, nullptr);
 }
 
+void Batch::cancel() {
+  std::lock_guard lock(mu_);
+  if (!by_layer() || state_ != State::kRunning || ready_prefix_.load() == layers_) return;
+  fail_all(TUTTI_ESTATE);
+  cancelled_ = true;  // its layers go at once, even while loads are in flight
+  std::fill(layer_ready_.begin(), layer_ready_.end(), 1);
+  ready_prefix_ = layers_;
+  rt_->scheduler().notify();
+}
+
 Batch::~Batch() {
-  // A store by layer whose engine never declared every layer (an aborted request) stores
-  // nothing: its chunks fail, and its remaining layers are issued with nothing left to write.
-  if (by_layer() && state_ == State::kRunning && ready_prefix_.load() < layers_) {
-    fail_all(TUTTI_ESTATE);
-    cancelled_ = true;  // its layers go at once, even while loads are in flight
-    std::lock_guard lock(mu_);
-    std::fill(layer_ready_.begin(), layer_ready_.end(), 1);
-    ready_prefix_ = layers_;
-    rt_->scheduler().notify();
-  }
+  cancel();  // a store by layer whose engine never declared every layer stores nothing
   {
     // Under the lock even when done: finish() may still be inside its critical section.
     std::unique_lock lock(mu_);
@@ -174,6 +175,7 @@ void Batch::plan() {
     return;
   }
   unlanded_ = layers_;
+  if (by_layer()) rt_->by_layer_started(this);  // a close() cancels it
   rt_->scheduler().enqueue(this);
 }
 
@@ -325,6 +327,7 @@ void Batch::finish() {
   }
   for (uint64_t slot : held_) rt_->index().unpin(slot);
   held_.clear();
+  if (by_layer() && !chunks_.empty()) rt_->by_layer_ended(this);
   rt_->batch_ended();  // the last use of the runtime's I/O side: close() may go on
   for (Request& q : reqs_) {
     fail_after_first_error(q.status);
@@ -344,6 +347,8 @@ void Batch::wait_layer(uint32_t layer) {
   auto t0 = std::chrono::steady_clock::now();
   {
     std::unique_lock lock(mu_);
+    TUTTI_EXPECT_CODE(!by_layer() || layer_ready_[layer], TUTTI_ESTATE,
+                      "wait_layer on a layer of a store by layer not declared ready (tutti_batch_layer_ready)");
     cv_.wait(lock, [&] { return layer_done_[layer] != 0; });
   }
   count_wait(layer, t0);
@@ -413,6 +418,8 @@ void Batch::settle() {
 
 int Batch::wait() {
   TUTTI_EXPECT_CODE(state_ != State::kBuilding, TUTTI_ESTATE, "wait before submit");
+  TUTTI_EXPECT_CODE(!by_layer() || ready_prefix_.load() == layers_, TUTTI_ESTATE,
+                    "wait on a store by layer before every layer is declared ready (tutti_batch_layer_ready)");
   settle();
   for (auto& q : reqs_)
     for (int s : q.status)

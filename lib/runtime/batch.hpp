@@ -35,6 +35,9 @@ class Batch final : public Scheduled, private PathSink {
   void wait_layer_async(uint32_t layer, void* stream);
   void layer_ready(uint32_t layer, void* stream);  // TUTTI_OP_STORE_BY_LAYER
   void poll(uint32_t* layers_done, int* done) const;
+  // A store by layer still waiting for layers: its chunks fail and it finishes without writing
+  // (destroyed early, or its runtime closed). Anything else: nothing.
+  void cancel();
   int wait();
   std::string first_error() const;  // "" if none was noted
   tutti_result result(size_t request);

@@ -8,6 +8,7 @@
 #include "datapath/dram_tier.hpp"
 #include "nvme/nvme_backend.hpp"
 #include "nvme/passthru_backend.hpp"
+#include "runtime/batch.hpp"
 #include "runtime/plan.hpp"
 
 namespace tutti {
@@ -29,6 +30,11 @@ Runtime::~Runtime() {
 void Runtime::close() {
   std::lock_guard lock(mu_);
   closed_ = true;
+  {
+    // A batch leaves the set before it ends, so none is freed while cancelled here.
+    std::lock_guard b(by_layer_mu_);
+    for (Batch* s : by_layer_) s->cancel();
+  }
   {
     std::unique_lock r(running_mu_);
     running_cv_.wait(r, [&] { return running_ == 0; });
@@ -57,6 +63,16 @@ void Runtime::require_open() const {
 void Runtime::batch_started() {
   std::lock_guard r(running_mu_);
   ++running_;
+}
+
+void Runtime::by_layer_started(Batch* b) {
+  std::lock_guard lock(by_layer_mu_);
+  by_layer_.insert(b);
+}
+
+void Runtime::by_layer_ended(Batch* b) {
+  std::lock_guard lock(by_layer_mu_);
+  by_layer_.erase(b);
 }
 
 void Runtime::batch_ended() {

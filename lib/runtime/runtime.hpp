@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,8 @@
 #include "tutti.h"
 
 namespace tutti {
+
+class Batch;
 
 struct Counters {
   IoCounters io;  // kept by the layer paths
@@ -51,6 +54,9 @@ class Runtime {
   // Submitted batches, counted so that close() can wait for them.
   void batch_started();
   void batch_ended();
+  // Stores by layer in flight, which close() cancels: no engine declares layers after a close.
+  void by_layer_started(Batch* b);
+  void by_layer_ended(Batch* b);
   size_t lookup(const int32_t* tokens, size_t n, const void* salt, size_t salt_len);
   // lookup that pins what it found until release_lease(id) or, with ttl_ms > 0, until that
   // long has passed (expired leases are released before a store claims slots). Returns the
@@ -86,6 +92,8 @@ class Runtime {
   std::mutex running_mu_;
   std::condition_variable running_cv_;
   uint64_t running_ = 0;  // batches submitted and not ended
+  std::mutex by_layer_mu_;
+  std::set<Batch*> by_layer_;
   std::atomic<bool> closed_{false};
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<Index> index_;

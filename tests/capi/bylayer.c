@@ -161,7 +161,18 @@ static void test_destroyed_before_the_last_layer(void** state) {
     tutti_batch_destroy(b);
     TH_EQ(th_lookup(rt, &p), 0);
   }
+  /* A runtime closed under a store with layers undeclared: the close returns, nothing stored. */
+  tutti_batch* open_batch = NULL;
+  TH_OK(tutti_batch_create(rt, TUTTI_OP_STORE_BY_LAYER, &open_batch));
   tutti_request r = th_request(&p, table, nb, 0, TUTTI_TOKENS_ALL);
+  TH_OK(tutti_batch_add(open_batch, &r, 1));
+  TH_OK(tutti_batch_submit(open_batch));
+  TH_OK(tutti_batch_layer_ready(open_batch, 0, NULL));
+  tutti_runtime_close(rt);
+  TH_ERR(TUTTI_ESTATE, tutti_batch_wait(open_batch)); /* cancelled: its chunks failed */
+  tutti_batch_destroy(open_batch);
+  TH_OK(th_open(&rt, env->dir, "64M", CT, NULL, kv));
+  TH_EQ(th_lookup(rt, &p), 0);
   tutti_result res;
   TH_OK(th_batch_run(rt, TUTTI_OP_STORE, &r, 1, &res, 0, LAYERS));
   TH_EQ(res.chunks_ok, 3);
@@ -208,6 +219,8 @@ static void test_refusals(void** state) {
   TH_ERR(TUTTI_ESTATE, tutti_batch_poll(b, &written, &done));
   TH_OK(tutti_batch_submit(b));
   TH_ERR(TUTTI_EINVAL, tutti_batch_layer_ready(b, LAYERS, NULL));
+  TH_ERR(TUTTI_ESTATE, tutti_batch_wait(b));          /* it would wait for the caller */
+  TH_ERR(TUTTI_ESTATE, tutti_batch_wait_layer(b, 0)); /* not declared */
   for (uint32_t l = 0; l < LAYERS; l++) TH_OK(tutti_batch_layer_ready(b, l, NULL));
   TH_ERR(TUTTI_EINVAL, tutti_batch_layer_ready(b, 1, NULL)); /* twice */
   TH_OK(tutti_batch_wait(b));

@@ -1,12 +1,12 @@
 // fuzz_capi — the C ABI driven by a sequence of calls the input spells: options, runtime open and
-// close, register_kv, lookup, batches (create/add/submit/wait_layer/wait/result/chunk_status/
-// destroy) with fuzzed requests and odd call orders, stats; over a pool of a few slots in a temp
-// directory (tmpfs where there is one), reopened within an input, removed after it.
+// close, register_kv, lookup, batches (create/add/submit/layer_ready/wait_layer/wait/result/
+// chunk_status/destroy) with fuzzed requests and odd call orders, stats; over a pool of a few
+// slots in a temp directory (tmpfs where there is one), reopened within an input, removed after it.
 //
 // Input, read front to back (FuzzInput: a value takes one byte, or two for a range over 255;
 // zeros past the end; 0 is always the ordinary choice):
 //   shape (0-2), HND, fused (3); then the options of step_open, then register unless 7;
-//   then steps, each [kind 0-19, batch slot 0-1, the step's own values]. A prompt is [base
+//   then steps, each [kind 0-20, batch slot 0-1, the step's own values]. A prompt is [base
 //   sequence 0-3, length, turn flag (+ where it turns from the base into its own tokens),
 //   own-token seed, salt kind 0-3 (+ a byte)]. tests/fuzz/make-corpus writes seeds in this grammar.
 // Invariants: no crash, leak, UB or hang; every return is a code of the enum, with a message
@@ -347,12 +347,14 @@ void step_create(State& st, FuzzInput& in, BatchSlot& s) {
   if (s.b) return;
   // Ops outside the enum are refused, negative ones too (TUTTI_OP_MIN_ENUM_ makes every int a
   // value of tutti_op).
-  static const int kOps[] = {TUTTI_OP_LOAD, TUTTI_OP_STORE, TUTTI_OP_LOAD, TUTTI_OP_STORE, 2, 0x7fffffff, -1, INT32_MIN};
+  static const int kOps[] = {TUTTI_OP_LOAD, TUTTI_OP_STORE, TUTTI_OP_LOAD, TUTTI_OP_STORE, TUTTI_OP_STORE_BY_LAYER,
+                             3, 0x7fffffff, -1, INT32_MIN};
   const int op = kOps[in.in<size_t>(0, std::size(kOps) - 1)];
   const int rc = tutti_batch_create(st.rt, static_cast<tutti_op>(op), &s.b);
   check_rc("tutti_batch_create", rc);
   FUZZ_CHECK((rc == 0) == (s.b != nullptr), "tutti_batch_create = %d, batch %p", rc, static_cast<void*>(s.b));
-  FUZZ_CHECK(rc != 0 || op == TUTTI_OP_LOAD || op == TUTTI_OP_STORE, "tutti_batch_create accepted op %d", op);
+  FUZZ_CHECK(rc != 0 || op == TUTTI_OP_LOAD || op == TUTTI_OP_STORE || op == TUTTI_OP_STORE_BY_LAYER,
+             "tutti_batch_create accepted op %d", op);
   s.op = op;
 }
 
@@ -521,7 +523,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (st.rt && in.in<int>(0, 7) != 7) step_register(st, in);
 
   for (int steps = 0; steps < kMaxSteps && in.remaining() > 0; ++steps) {
-    const int kind = in.in<int>(0, 19);
+    const int kind = in.in<int>(0, 20);
     const size_t si = in.in<size_t>(0, kBatchSlots - 1);
     BatchSlot& s = st.slots[si];
     switch (kind) {
@@ -558,6 +560,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 16: case 17: step_whole(st, in, s, si, TUTTI_OP_STORE); break;
       case 18: case 19: step_whole(st, in, s, si, TUTTI_OP_LOAD); break;
+      case 20:  // a store by layer waits for these; other batches refuse them
+        check_rc("tutti_batch_layer_ready",
+                 tutti_batch_layer_ready(s.b, in.in<uint32_t>(0, st.kv.s.layers), nullptr));
+        break;
     }
   }
 
