@@ -68,10 +68,36 @@ std::optional<uint64_t> Index::pin(const Key& key) {
 void Index::unpin(uint64_t slot) {
   std::lock_guard lock(mu_);
   Slot& s = slots_[slot];
-  if (s.pins > 0 && --s.pins == 0) {
-    lru_.push_front(slot);
-    s.lru = lru_.begin();
+  if (s.pins == 0 || --s.pins > 0) return;
+  if (s.discarded) {  // the last load of a damaged chunk is done: the slot is free again
+    s.state = State::kFree;
+    s.discarded = false;
+    s.dirty = true;  // its record is still on disk
+    s.sums.clear();
+    free_.push_back(slot);
+    return;
   }
+  lru_.push_front(slot);
+  s.lru = lru_.begin();
+}
+
+void Index::discard(uint64_t slot) {
+  {
+    std::lock_guard lock(mu_);
+    Slot& s = slots_[slot];
+    if (s.state != State::kCommitted || s.pins == 0) return;
+    if (!s.discarded) {
+      s.discarded = true;
+      ++discarded_;
+      if (auto it = map_.find(s.key); it != map_.end() && it->second == slot) map_.erase(it);
+    }
+  }
+  unpin(slot);
+}
+
+uint64_t Index::discarded() const {
+  std::lock_guard lock(mu_);
+  return discarded_;
 }
 
 void Index::evict(uint64_t slot) {

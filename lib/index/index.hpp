@@ -32,6 +32,10 @@ class Index {
   // Pins the committed slot of `key`; nullopt if absent.
   std::optional<uint64_t> pin(const Key& key);
   void unpin(uint64_t slot);
+  // Unpins a slot whose bytes failed their checksums, and forgets its chunk: lookups miss it
+  // from now on (so an engine recomputes it and a store writes it anew, elsewhere), and the
+  // slot is free once the last load that pinned it unpins.
+  void discard(uint64_t slot);
   // Layer checksums of a committed or pinned slot.
   const std::vector<uint64_t>& layer_sums(uint64_t slot) const { return slots_[slot].sums; }
 
@@ -61,6 +65,7 @@ class Index {
   uint64_t used() const;
   uint64_t committed() const;
   uint64_t evictions() const;
+  uint64_t discarded() const;
 
  private:
   enum class State : uint8_t { kFree, kWriting, kCommitted };
@@ -70,6 +75,7 @@ class Index {
     Key key;
     uint64_t generation = 0;
     bool dirty = false;        // free, but a record of it may be on disk
+    bool discarded = false;    // committed and pinned, but damaged: freed by the last unpin
     uint64_t writes = 0;       // writes begun into this slot: the ticket of the current one
     uint64_t committed_write = 0;  // the last write that committed
     std::vector<uint64_t> sums;
@@ -87,6 +93,7 @@ class Index {
   std::list<uint64_t> lru_;                         // front = most recent, unpinned only
   uint64_t next_generation_ = 1;
   uint64_t evictions_ = 0;
+  uint64_t discarded_ = 0;
 };
 
 }  // namespace tutti

@@ -322,8 +322,12 @@ void Batch::commit() {
 void Batch::finish() {
   auto& c = rt_->counters();
   for (size_t i = 0; i < chunks_.size(); ++i) {
-    if (is_load()) rt_->index().unpin(chunks_[i].slot);
-    if (int e = chunks_[i].error.load()) reqs_[owners_[i].req].status[owners_[i].chunk] = e;
+    const int e = chunks_[i].error.load();
+    if (is_load() && e == TUTTI_ECORRUPT)
+      rt_->index().discard(chunks_[i].slot);  // damaged on the device: never found again
+    else if (is_load())
+      rt_->index().unpin(chunks_[i].slot);
+    if (e) reqs_[owners_[i].req].status[owners_[i].chunk] = e;
   }
   for (uint64_t slot : held_) rt_->index().unpin(slot);
   held_.clear();

@@ -76,6 +76,32 @@ TEST(Index, DirtySlotIsTombstonedBeforeReuse) {
   EXPECT_FALSE(ix.allocate(K(3)).reused);
 }
 
+// A chunk whose bytes failed their checksums is forgotten at once (lookups miss it, a store
+// writes it anew), and its slot comes back, to be tombstoned, once no load pins it.
+TEST(Index, DiscardedChunkIsMissedAndItsSlotFreedByTheLastUnpin) {
+  Index ix(2);
+  auto a = ix.allocate(K(1));
+  ix.commit(a.slot, ix.next_generation(), {});
+  ASSERT_TRUE(ix.pin(K(1)));
+  ASSERT_TRUE(ix.pin(K(1)));  // two loads of it
+  ix.discard(a.slot);
+  EXPECT_FALSE(ix.pin(K(1)));
+  EXPECT_EQ(ix.match_prefix({K(1)}), 0u);
+  EXPECT_EQ(ix.discarded(), 1u);
+  auto again = ix.allocate(K(1));  // stored anew while the other load still reads the old slot
+  ASSERT_EQ(again.claim, Index::Claim::kAllocated);
+  EXPECT_NE(again.slot, a.slot);
+  ix.commit(again.slot, ix.next_generation(), {});
+  ix.discard(a.slot);  // the second load saw the damage too
+  EXPECT_EQ(ix.discarded(), 1u);
+  EXPECT_EQ(ix.pin(K(1)), again.slot);  // the new copy is untouched
+  ix.unpin(again.slot);
+  auto c = ix.allocate(K(2));
+  ASSERT_EQ(c.claim, Index::Claim::kAllocated);
+  EXPECT_EQ(c.slot, a.slot);
+  EXPECT_TRUE(c.reused);
+}
+
 // A store's chunks already present are pinned by allocate: making room for its later chunks
 // cannot evict them.
 TEST(Index, PresentChunksArePinnedForTheStore) {

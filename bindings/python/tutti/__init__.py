@@ -96,6 +96,44 @@ class KvLayout:
         layout._buffers = (list(k), None if v is None else list(v))
         return layout
 
+    @classmethod
+    def from_views(cls, k: Sequence[Any], v: Sequence[Any]) -> "KvLayout":
+        """Per layer, K and V as torch tensors of shape [blocks, block_tokens, kv_heads,
+        head_dim] with any strides but a contiguous head_dim: views into whatever the engine
+        allocated (vLLM's [2, blocks, ...], [blocks, 2, ...] or [blocks, heads, tokens, 2 *
+        head_dim] caches, a layer's slice of one shared buffer). Every view must have the same
+        shape, dtype, device and strides, and lie inside its tensor's storage; the tensors are
+        kept alive with the layout."""
+        views = list(k) + list(v)
+        if not k or len(k) != len(v):
+            raise ValueError(f"k and v must name the same, nonzero number of layers ({len(k)} and {len(v)})")
+        first = views[0]
+        if first.dim() != 4:
+            raise ValueError(f"a KV view must be [blocks, block_tokens, kv_heads, head_dim], not {list(first.shape)}")
+        for i, t in enumerate(views):
+            what = f"layer {i % len(k)}'s {'KV'[i // len(k)]}"
+            if (t.shape, t.stride(), t.dtype, t.device) != (first.shape, first.stride(), first.dtype, first.device):
+                raise ValueError(f"{what} is {list(t.shape)} {t.dtype} on {t.device} with strides {t.stride()}; "
+                                 f"layer 0's K is {list(first.shape)} {first.dtype} on {first.device} with strides "
+                                 f"{first.stride()}: every view must match")
+            if t.stride(3) != 1 and t.shape[3] > 1:
+                raise ValueError(f"{what}: head_dim is not contiguous (stride {t.stride(3)})")
+            span = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1
+            storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+            if span * t.element_size() > storage.nbytes() or min(t.stride()) < 0:
+                raise ValueError(f"{what} reaches past its tensor's storage")
+        blocks, block_tokens, heads, head_dim = first.shape
+        e = first.element_size()
+        raw = _c.tutti_kv_layout()
+        _check(_c.tutti_kv_layout_init(raw, len(k), blocks, block_tokens, heads, head_dim, e, 0))
+        raw.block_stride, raw.token_stride, raw.head_stride = (s * e for s in first.stride()[:3])
+        raw.memory = MEMORY_CUDA if first.is_cuda else MEMORY_HOST
+        raw.device = first.device.index or 0 if first.is_cuda else 0
+        raw.set_bases([t.data_ptr() for t in k], [t.data_ptr() for t in v])
+        layout = cls(raw)
+        layout._buffers = views
+        return layout
+
     @property
     def block_stride(self) -> int:
         return self._raw.block_stride

@@ -1,0 +1,229 @@
+"""TuttiConnector driven through vLLM's call sequence (tests/vllm_replay.py) over real pools and
+a real paged KV cache in each of vLLM's layouts: what one engine stored, a second engine loads
+layer by layer into other blocks, through partial hits, vLLM's own prefix cache, chunked
+prefill, preemption, aborts, async loads and damaged pools, and every KV position its
+attention reads is checked."""
+import random
+import struct
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed here")
+
+import tutti  # noqa: E402
+from tutti.vllm import TuttiConnector  # noqa: E402
+from tutti.vllm.connector import _settings  # noqa: E402
+from tutti.vllm.layout import kv_views, layer_index, split_kv  # noqa: E402
+from vllm_replay import LAYOUTS, Engine, Request, WrongKV, allocate, vllm_config  # noqa: E402
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def prompts(seed, docs=3, per_doc=3, doc_len=40, tail=(3, 17), vocab=500):
+    """Requests over a few shared documents: each prompt is a document and its own question."""
+    rng = random.Random(seed)
+    out = []
+    for d in range(docs):
+        doc = [rng.randrange(vocab) for _ in range(doc_len)]
+        for q in range(per_doc):
+            out.append(Request(f"s{seed}-d{d}-q{q}", doc + [rng.randrange(vocab) for _ in range(rng.randint(*tail))]))
+    return out
+
+
+def serve(tmp_path, reqs, **kw):
+    e = Engine(tmp_path, **kw)
+    try:
+        for r in reqs:
+            e.add(r)
+        e.run()
+    finally:
+        e.close()
+    assert all(r.status == "FINISHED" for r in reqs)
+    return e
+
+
+def stored_then_served(tmp_path, second, first_seed=1, **kw):
+    """A first engine serves prompts (tutti stores them); a second one, on the same pool with
+    a fresh KV cache, serves `second`."""
+    first = serve(tmp_path, prompts(first_seed), **kw)
+    assert first.stats.get("saved_tokens", 0) > 0
+    return serve(tmp_path, second, **kw)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_second_engine_loads_what_the_first_stored(tmp_path, layout, device):
+    e = stored_then_served(tmp_path, prompts(1) + prompts(2, docs=1), layout=layout, device=device,
+                           local_cache=False)
+    assert e.stats["loaded_tokens"] > 0
+    assert e.stats.get("failed_tokens", 0) == 0 and e.wrong_positions == 0
+
+
+def test_partial_hits_chunked_prefill_and_vllms_own_prefix_cache(tmp_path):
+    # A 24-token budget splits every prompt over several steps; vLLM's own cache serves the
+    # second and third question of a document, tutti the first.
+    e = stored_then_served(tmp_path, prompts(1, per_doc=4, tail=(20, 40)), budget=24)
+    assert e.stats["loaded_tokens"] > 0 and e.wrong_positions == 0
+
+
+def test_preemption_under_block_pressure(tmp_path):
+    reqs = prompts(1, docs=4, per_doc=2, doc_len=60)
+    for r in reqs:
+        r.max_tokens = 8
+    e = stored_then_served(tmp_path, reqs, blocks=48, budget=32, local_cache=False)
+    assert any(r.num_preemptions for r in reqs), "no request was preempted: the test lost its point"
+    assert e.stats["loaded_tokens"] > 0 and e.wrong_positions == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_async_loads_report_through_get_finished(tmp_path, device):
+    e = stored_then_served(tmp_path, prompts(1), load_async=True, device=device, local_cache=False)
+    assert e.stats["loaded_tokens"] > 0 and e.wrong_positions == 0
+
+
+def test_aborts_while_loading_and_while_prefilling(tmp_path):
+    serve(tmp_path, prompts(1), local_cache=False)
+    reqs = prompts(1)
+
+    def abort(engine):
+        if engine.steps == 0:
+            engine.abort(reqs[0].request_id)  # still waiting
+        if engine.steps == 1:
+            for r in reqs:
+                if r.status in ("WAITING_FOR_REMOTE_KVS", "RUNNING"):
+                    engine.abort(r.request_id)
+                    break
+
+    e = Engine(tmp_path, load_async=True, budget=16, local_cache=False)
+    for r in reqs:
+        e.add(r)
+    e.run(on_step=abort)
+    e.close()
+    assert sum(r.aborted for r in reqs) == 2 and all(r.status == "FINISHED" for r in reqs)
+    assert len(e.free) == 95, "an aborted request's blocks were never freed"
+
+
+def test_a_larger_chunk_skips_loads_where_vllms_hit_ends_inside_a_chunk(tmp_path):
+    # chunk 16 over blocks of 4: the second question of a document has a local hit of 40
+    # tokens (10 blocks), inside the third chunk, so tutti cannot continue it.
+    e = stored_then_served(tmp_path, prompts(1), chunk_tokens=16)
+    assert e.stats["loaded_tokens"] > 0 and e.stats["unaligned_local_hits"] > 0 and e.wrong_positions == 0
+
+
+def pool_slots(path):
+    with open(path, "rb") as f:
+        sb = f.read(4096)
+    slot_bytes, slots = struct.unpack_from("<QQ", sb, 80)
+    data = (4096 + 4096 * slots + (1 << 20) - 1) // (1 << 20) * (1 << 20)
+    return data, slot_bytes
+
+
+@pytest.mark.parametrize("load_async", [False, True])
+def test_chunks_that_fail_their_checksum_are_recomputed_never_used(tmp_path, load_async):
+    serve(tmp_path, prompts(1), local_cache=False)
+    data, slot_bytes = pool_slots(tmp_path / "kv.pool")
+    with open(tmp_path / "kv.pool", "r+b") as f:  # one byte of layer 1's K, in every third slot
+        for s in range(0, 64, 3):
+            f.seek(data + s * slot_bytes + slot_bytes // 3 + 5)
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 0x40]))
+    e = serve(tmp_path, prompts(1), local_cache=False, load_async=load_async)
+    assert e.stats["failed_tokens"] > 0 and e.reported_invalid > 0
+    assert e.stats["loaded_tokens"] > 0  # the chunks before a damaged one still load
+    assert load_async or e.wrong_positions > 0  # a sync load's attention did meet the damage
+    # tutti forgets a damaged chunk once a load meets it, and the recompute stores it again:
+    # the pool heals (a damaged chunk behind a failed one is only met in a later round).
+    for _ in range(8):
+        again = serve(tmp_path, prompts(1), local_cache=False, load_async=load_async)
+        assert again.stats.get("failed_tokens", 0) < e.stats["failed_tokens"]
+        e = again
+        if not e.stats.get("failed_tokens"):
+            break
+    assert e.stats.get("failed_tokens", 0) == 0 and e.wrong_positions == 0
+
+
+def test_the_harness_catches_a_connector_that_hides_failed_loads(tmp_path, monkeypatch):
+    serve(tmp_path, prompts(1), local_cache=False)
+    data, slot_bytes = pool_slots(tmp_path / "kv.pool")
+    with open(tmp_path / "kv.pool", "r+b") as f:
+        for s in range(64):
+            f.seek(data + s * slot_bytes + 7)
+            f.write(b"\xff")
+    monkeypatch.setattr(TuttiConnector, "get_block_ids_with_load_errors",
+                        lambda self: (TuttiConnector._end_sync_load(self), set())[1])
+    with pytest.raises(WrongKV):
+        serve(tmp_path, prompts(1), local_cache=False)
+
+
+def test_roles_consumer_loads_only_and_producer_stores_only(tmp_path):
+    e = serve(tmp_path, prompts(1), kv_role="kv_consumer")
+    assert e.stats.get("saved_tokens", 0) == 0
+    e = serve(tmp_path, prompts(1), kv_role="kv_producer")
+    assert e.stats["saved_tokens"] > 0 and e.stats.get("loaded_tokens", 0) == 0
+    e = serve(tmp_path, prompts(1), kv_role="kv_consumer", local_cache=False)
+    assert e.stats["loaded_tokens"] > 0 and e.wrong_positions == 0
+
+
+def test_salted_and_other_model_prompts_never_share_kv(tmp_path):
+    def first_questions():  # stored by the first engine; no two share a document
+        return prompts(1)[::3]
+
+    serve(tmp_path, prompts(1), local_cache=False)
+    salted = first_questions()
+    for r in salted:
+        r.cache_salt = "tenant-b"
+    assert serve(tmp_path, salted, local_cache=False).stats.get("loaded_tokens", 0) == 0
+    other_model = serve(tmp_path, first_questions(), local_cache=False, namespace="vllm:another-model")
+    assert other_model.stats.get("loaded_tokens", 0) == 0
+    assert serve(tmp_path, first_questions(), local_cache=False).stats["loaded_tokens"] > 0
+
+
+# ---- the pieces ------------------------------------------------------------------------------
+
+def test_layer_index():
+    assert layer_index("model.layers.17.self_attn.attn") == 17
+    assert layer_index("3") == 3
+    for bad in ("model.layers.self_attn", "model.layers.1.experts.2.attn"):
+        with pytest.raises(ValueError):
+            layer_index(bad)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_kv_views_match_each_layout(layout):
+    caches, views = allocate(layout, 3, 10, 4, 2, 8, "cpu")
+    names, k, v = kv_views(dict(reversed(list(caches.items()))), head_dim=8, num_blocks=10)
+    assert names == list(caches)
+    for i, (wk, wv) in enumerate(views):
+        assert k[i].shape == (10, 4, 2, 8)
+        assert (k[i].data_ptr(), k[i].stride()) == (wk.data_ptr(), wk.stride())
+        assert (v[i].data_ptr(), v[i].stride()) == (wv.data_ptr(), wv.stride())
+    layout_ = tutti.KvLayout.from_views(k, v)
+    assert layout_.block_stride == k[0].stride(0) * 2 and layout_.token_stride == k[0].stride(1) * 2
+
+
+def test_unknown_and_mla_layouts_are_refused_by_name():
+    with pytest.raises(ValueError, match="MLA"):
+        split_kv(torch.zeros(10, 4, 576))
+    with pytest.raises(ValueError, match="unrecognized"):
+        split_kv(torch.zeros(3, 3, 4, 2, 8))
+    with pytest.raises(ValueError, match="both layer 1"):
+        kv_views({"a.1.attn": torch.zeros(2, 4, 4, 2, 8), "b.1.attn": torch.zeros(2, 4, 4, 2, 8)})
+
+
+def test_views_are_checked_against_their_storage():
+    t = torch.zeros(2, 4, 4, 2, 8, dtype=torch.float16)
+    with pytest.raises(ValueError, match="every view must match"):
+        tutti.KvLayout.from_views([t[0]], [t[1, :, :2]])
+    with pytest.raises(ValueError, match="head_dim is not contiguous"):
+        tutti.KvLayout.from_views([t[0].transpose(2, 3).transpose(2, 3)[..., ::2]], [t[1][..., ::2]])
+
+
+def test_ranks_need_a_pool_each():
+    config = vllm_config(16, {"pool": "/tmp/kv.pool"}, 128)
+    with pytest.raises(ValueError, match="rank"):
+        _settings(config, rank=1, world=2)
+    config = vllm_config(16, {"pool": "/tmp/kv{rank}.pool"}, 128)
+    options, _ = _settings(config, rank=1, world=2)
+    assert options["pool"] == "/tmp/kv1.pool" and options["namespace"].endswith("rank1/2")
+    assert options["chunk_tokens"] == 16

@@ -1,0 +1,629 @@
+"""TuttiConnector: tutti behind vLLM's KV connector API (V1).
+
+vLLM builds the class twice: in the engine core with role SCHEDULER (it decides how much of a
+prompt tutti supplies) and in every worker with role WORKER (it moves the KV). Per step:
+
+  scheduler  get_num_new_matched_tokens  lookup_lease: the cached prefix, pinned until the
+                                          request ends, minus vLLM's own prefix-cache hit
+             update_state_after_alloc     where the load goes (the request's block ids)
+             build_connector_meta         the step's loads, and the whole chunks each prefill
+                                          completes (saves)
+  worker     start_load_kv                submits the step's loads (one batch) and its saves
+                                          (stores by layer)
+             wait_for_layer_load(layer)   before the layer's attention: its KV is in place;
+                                          later layers still load
+             save_kv_layer(layer)         after the layer's attention: its blocks hold the
+                                          step's KV, tutti writes them behind later layers
+             wait_for_save                after the forward: the saves are committed
+             get_block_ids_with_load_errors
+                                          blocks whose chunk failed (checksum, I/O): vLLM
+                                          recomputes them; the step's KV of that request is
+                                          not saved
+
+Loads and lookups use whole chunks of `chunk_tokens` (default: vLLM's block size, so vLLM's
+own prefix hit, a whole number of blocks, always ends on a chunk boundary; a larger
+chunk_tokens skips tutti whenever that hit does not). A full-prompt hit is reported one
+chunk short: vLLM must compute at least the last token.
+
+The scheduler's lookups reach the worker's runtime in the same process (vLLM with one GPU
+runs both in its engine core). With tensor or pipeline parallelism the workers are other
+processes: each rank needs its own pool ("{rank}" in the pool path), and the scheduler cannot
+look them up yet, so tutti then stores but never loads (a warning says so).
+
+Saves are synchronous (wait_for_save waits for the commit), so request_finished never holds
+blocks. Loads are synchronous and layer by layer by default; kv_connector_extra_config
+{"load_async": true} loads a request before it is scheduled (get_finished reports it).
+"""
+import array
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+import tutti
+from .layout import kv_views
+
+try:  # vLLM's own base when vLLM is installed; the stand-ins otherwise (tests, no vLLM)
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata,
+                                                                   KVConnectorRole)
+    try:
+        from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+    except ImportError:
+        from .standin import KVConnectorStats
+    HAVE_VLLM = True
+except ImportError:
+    from .standin import KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole, KVConnectorStats
+    HAVE_VLLM = False
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+log = logging.getLogger("tutti.vllm")
+
+# kv_connector_extra_config keys the connector reads itself; every other key is a tutti option
+# (tutti.h: pool, capacity, backend, chunk_tokens, ...).
+CONNECTOR_KEYS = {"load_async": False, "lease_ttl_ms": 600_000}
+
+
+@dataclass
+class LoadSpec:
+    """Load tokens [begin, end) of a prompt (token_ids: its first `end` tokens)."""
+    req_id: str
+    token_ids: List[int]
+    block_ids: List[int]
+    begin: int
+    end: int
+    salt: bytes = b""
+    is_async: bool = False
+
+
+@dataclass
+class SaveSpec:
+    """Store the whole chunks of tokens [begin, end) once the step has computed them."""
+    req_id: str
+    token_ids: List[int]
+    block_ids: List[int]
+    begin: int
+    end: int
+    salt: bytes = b""
+
+
+@dataclass
+class TuttiConnectorMetadata(KVConnectorMetadata):
+    loads: List[LoadSpec] = field(default_factory=list)
+    saves: List[SaveSpec] = field(default_factory=list)
+
+
+class TuttiConnectorStats(KVConnectorStats):
+    """Counters since the last report, summed over workers by vLLM."""
+
+    def __init__(self, data: Optional[dict] = None):
+        super().__init__(data=dict(data or {}))
+
+    def reset(self) -> None:
+        self.data = {}
+
+    def aggregate(self, other: "KVConnectorStats") -> "TuttiConnectorStats":
+        for k, v in (other.data or {}).items():
+            self.data[k] = self.data.get(k, 0) + v
+        return self
+
+    def reduce(self) -> Dict[str, int]:
+        return dict(self.data)
+
+    def is_empty(self) -> bool:
+        return not any(self.data.values())
+
+
+# Runtimes opened by workers of this process, by pool, for the scheduler side's lookups.
+_runtimes: Dict[str, "_Shared"] = {}
+_runtimes_lock = threading.Lock()
+
+
+@dataclass
+class _Shared:
+    rt: tutti.Runtime
+    chunk_tokens: int
+    block_tokens: int
+
+
+def _settings(vllm_config: Any, rank: int = 0, world: int = 1) -> Tuple[dict, dict]:
+    """(tutti options, connector settings) from kv_connector_extra_config and vLLM's config."""
+    extra = dict(getattr(vllm_config.kv_transfer_config, "kv_connector_extra_config", None) or {})
+    settings = {k: extra.pop(k, v) for k, v in CONNECTOR_KEYS.items()}
+    options = {k: v for k, v in extra.items() if v is not None}
+    options.setdefault("chunk_tokens", vllm_config.cache_config.block_size)
+    pool = str(options.get("pool") or os.environ.get("TUTTI_POOL") or "tutti.pool")
+    if "{rank}" in pool:
+        pool = pool.replace("{rank}", str(rank))
+    elif world > 1:
+        raise ValueError(f"tutti: {world} ranks cannot share the pool {pool!r}; put {{rank}} in its path "
+                         "(kv_connector_extra_config pool) to give each rank its own")
+    options["pool"] = pool
+    if "namespace" not in options:  # chunk keys of another model, dtype or shard never match
+        m = vllm_config.model_config
+        options["namespace"] = (f"vllm:{getattr(m, 'model', '')}@{getattr(m, 'revision', None) or ''}:"
+                                f"{getattr(m, 'dtype', '')}:{getattr(vllm_config.cache_config, 'cache_dtype', '')}:"
+                                f"rank{rank}/{world}")
+    return options, settings
+
+
+def _pool_key(options: dict) -> str:
+    return ",".join(os.path.abspath(p) if "://" not in p and ":" not in p else p
+                    for p in str(options["pool"]).split(","))
+
+
+def _ints(values: Any) -> array.array:
+    a = array.array("i", values)
+    assert a.itemsize == 4
+    return a
+
+
+def _salt(request: Any) -> bytes:
+    """What besides the tokens decides a prompt's KV: vLLM's cache salt and the LoRA adapter."""
+    parts = []
+    cache_salt = getattr(request, "cache_salt", None)
+    if cache_salt:
+        parts.append(f"salt={cache_salt}")
+    lora = getattr(request, "lora_request", None)
+    if lora is not None:
+        parts.append(f"lora={getattr(lora, 'lora_name', '')}#{getattr(lora, 'lora_int_id', '')}")
+    return "\0".join(parts).encode()
+
+
+def _group0(block_ids: Any) -> List[int]:
+    """Block ids of the (single) KV cache group: vLLM passes a tuple of per-group lists."""
+    if block_ids and isinstance(block_ids[0], (list, tuple)):
+        return list(block_ids[0])
+    return list(block_ids or [])
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass
+class _Query:
+    """A scheduler lookup: the lease that pins the hit, and how it was split."""
+    num_tokens: int
+    lease: tutti.Lease
+    salt: bytes
+    local: int = 0
+
+
+@dataclass
+class _Tracked:
+    """A request being prefilled: its prompt, blocks, and where its unsaved chunks start."""
+    token_ids: List[int]
+    block_ids: List[int]
+    saved: int
+    salt: bytes
+
+
+class _Load:
+    """One load batch; `got[i]`, once known, is where spec i's arrived KV ends."""
+
+    def __init__(self, batch: Optional[tutti.Batch], specs: List[LoadSpec]):
+        self.batch, self.specs = batch, specs
+        self.got: Optional[List[int]] = None if batch is not None else [s.begin for s in specs]
+
+
+class _Save:
+    """One store-by-layer batch. `held`: its request loads in this step, so no layer is
+    declared ready until the load is known good (a failed chunk poisons everything the step
+    computes over it)."""
+
+    def __init__(self, batch: tutti.Batch, specs: List[SaveSpec], held: bool):
+        self.batch, self.specs, self.held = batch, specs, held
+        self.declared: Set[int] = set()
+        self.pending: List[int] = []
+        self.dropped = False
+
+
+class TuttiConnector(KVConnectorBase_V1):
+    """tutti as a vLLM KV connector: kv_connector "TuttiConnector", kv_connector_module_path
+    "tutti.vllm"."""
+
+    def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None):
+        try:
+            super().__init__(vllm_config, role, kv_cache_config)
+        except TypeError:  # vLLM before the kv_cache_config argument
+            super().__init__(vllm_config, role)
+        self._config = vllm_config
+        self._cache_config = kv_cache_config
+        self._block_size = vllm_config.cache_config.block_size
+        kv_role = getattr(vllm_config.kv_transfer_config, "kv_role", "kv_both")
+        self._loads_on = kv_role in ("kv_both", "kv_consumer")
+        self._saves_on = kv_role in ("kv_both", "kv_producer")
+        self._stats: Dict[str, int] = {}
+        if role == KVConnectorRole.SCHEDULER:
+            self._options, self._settings = _settings(vllm_config)
+            self._queries: Dict[str, _Query] = {}
+            self._hits: Dict[str, int] = {}
+            self._requests: Dict[str, Any] = {}
+            self._pending: Dict[str, LoadSpec] = {}
+            self._tracked: Dict[str, _Tracked] = {}
+            self._sent: Dict[str, LoadSpec] = {}  # loads handed to workers, until the request ends
+            self._cap: Dict[str, int] = {}  # where a request's failed load broke off
+            self._warned_alone = False
+        else:
+            self._rt: Optional[tutti.Runtime] = None
+            self._key: Optional[str] = None
+            self._layers: Dict[str, int] = {}
+            self._cuda = False
+            self._sync: Optional[_Load] = None
+            self._async: List[_Load] = []
+            self._saves: List[_Save] = []
+            self._waited: Set[int] = set()
+            self._invalid: Set[int] = set()
+            self._warned_unwaited = False
+
+    # ---- shared ---------------------------------------------------------------------------
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config: dict) -> bool:
+        return True  # loads wait, and saves start, inside each layer's attention
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: Optional[dict] = None) -> Optional[KVConnectorStats]:
+        return TuttiConnectorStats(data)
+
+    def _count(self, key: str, n: int = 1) -> None:
+        self._stats[key] = self._stats.get(key, 0) + n
+
+    def get_kv_connector_stats(self) -> Optional[KVConnectorStats]:
+        if not any(self._stats.values()):
+            return None
+        stats, self._stats = TuttiConnectorStats(self._stats), {}
+        return stats
+
+    # ---- scheduler side -------------------------------------------------------------------
+
+    def _shared(self) -> Optional[_Shared]:
+        with _runtimes_lock:
+            shared = _runtimes.get(_pool_key(self._options))
+        if shared is None and not self._warned_alone:
+            self._warned_alone = True
+            log.warning("tutti: no worker in this process opened the pool %s, so the scheduler cannot look "
+                        "prompts up and tutti will not load (tensor/pipeline parallel runs are not supported "
+                        "for loads yet); saves go on", self._options["pool"])
+        return shared
+
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> Tuple[Optional[int], bool]:
+        """Tokens tutti can load past vLLM's own hit of `num_computed_tokens`: whole chunks,
+        at least one token left to compute. Asking again for the same request reuses its
+        lookup."""
+        if not self._loads_on or getattr(request, "prompt_token_ids", None) is None:
+            return 0, False
+        shared = self._shared()
+        if shared is None:
+            return 0, False
+        rid, n, chunk = request.request_id, request.num_tokens, shared.chunk_tokens
+        q = self._queries.get(rid)
+        if q is None or q.num_tokens != n:
+            if q is not None:
+                q.lease.close()
+            salt = _salt(request)
+            lease = shared.rt.lookup_lease(_ints(request.all_token_ids), salt,
+                                           ttl_ms=int(self._settings["lease_ttl_ms"]))
+            q = self._queries[rid] = _Query(n, lease, salt)
+            self._count("lookups")
+            self._count("lookup_hit_tokens", lease.tokens)
+        self._hits[rid] = q.lease.tokens
+        q.local = num_computed_tokens
+        hit = min(q.lease.tokens, (n - 1) // chunk * chunk, self._cap.get(rid, n))
+        if hit <= num_computed_tokens:
+            return 0, False
+        if num_computed_tokens % chunk:
+            self._count("unaligned_local_hits")  # vLLM's hit ends inside a chunk: a load cannot start there
+            return 0, False
+        return hit - num_computed_tokens, bool(self._settings["load_async"])
+
+    def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
+        rid = request.request_id
+        self._requests[rid] = request
+        q = self._queries.get(rid)
+        if num_external_tokens == 0 or q is None:
+            return
+        end = q.local + num_external_tokens
+        ids = _group0(blocks.get_block_ids() if hasattr(blocks, "get_block_ids") else blocks)
+        self._pending[rid] = LoadSpec(rid, list(request.all_token_ids[:end]), ids[:_ceil_div(end, self._block_size)],
+                                      q.local, end, q.salt, bool(self._settings["load_async"]))
+        self._count("load_tokens_planned", num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output: Any) -> TuttiConnectorMetadata:
+        md = TuttiConnectorMetadata(loads=list(self._pending.values()))
+        self._sent.update(self._pending)
+        self._pending.clear()
+        for rid in scheduler_output.finished_req_ids or ():
+            self._forget(rid)
+        if not self._saves_on:
+            return md
+        shared = self._shared()
+        chunk = shared.chunk_tokens if shared else int(self._options["chunk_tokens"])
+        scheduled = scheduler_output.num_scheduled_tokens
+        for new in scheduler_output.scheduled_new_reqs:
+            rid, prompt = new.req_id, list(new.prompt_token_ids or [])
+            req = self._requests.get(rid)
+            salt = _salt(req if req is not None else new)
+            # In the pool already: what the lookup found and vLLM took (a failed load took less).
+            already = min(self._hits.get(rid, 0), new.num_computed_tokens, len(prompt)) // chunk * chunk
+            t = self._tracked[rid] = _Tracked(prompt, _group0(new.block_ids), already, salt)
+            self._plan_save(md, rid, t, new.num_computed_tokens + scheduled.get(rid, 0), chunk)
+        cached = scheduler_output.scheduled_cached_reqs
+        resumed = getattr(cached, "resumed_req_ids", None)
+        if resumed is None:  # vLLM before resumed_req_ids
+            resumed = {r for r, f in zip(cached.req_ids, getattr(cached, "resumed_from_preemption", ())) if f}
+        for i, rid in enumerate(cached.req_ids):
+            t = self._tracked.get(rid)
+            if t is None:
+                continue
+            new_ids = cached.new_block_ids[i]
+            if new_ids is not None:
+                t.block_ids = _group0(new_ids) if rid in resumed else t.block_ids + _group0(new_ids)
+            start = cached.num_computed_tokens[i]
+            # Recomputing from `start` (preempted, or a load failed): chunks past it were
+            # never saved, or are saved again at no cost (a chunk already present is skipped).
+            t.saved = min(t.saved, start // chunk * chunk)
+            self._plan_save(md, rid, t, start + scheduled.get(rid, 0), chunk)
+        return md
+
+    def _plan_save(self, md: TuttiConnectorMetadata, rid: str, t: _Tracked, computed: int, chunk: int) -> None:
+        end = min(computed, len(t.token_ids)) // chunk * chunk
+        if end > t.saved and len(t.block_ids) * self._block_size >= end:
+            md.saves.append(SaveSpec(rid, t.token_ids[:end], t.block_ids[:_ceil_div(end, self._block_size)],
+                                     t.saved, end, t.salt))
+            t.saved = end
+
+    def update_connector_output(self, connector_output: Any) -> None:
+        """Blocks a worker could not load: their request asks again from where its load broke
+        off (a damaged chunk is forgotten by tutti; an I/O error may persist), never again
+        for the same range, so a failing chunk cannot trap it in a loop."""
+        invalid = getattr(connector_output, "invalid_block_ids", None)
+        if not invalid:
+            return
+        for rid, spec in self._sent.items():
+            bad = [i for i in range(spec.begin // self._block_size, len(spec.block_ids)) if spec.block_ids[i] in invalid]
+            if bad:
+                self._cap[rid] = min(self._cap.get(rid, spec.end), bad[0] * self._block_size)
+                q = self._queries.pop(rid, None)
+                if q is not None:
+                    q.lease.close()
+
+    def request_finished(self, request: Any, block_ids: List[int]) -> Tuple[bool, Optional[dict]]:
+        self._forget(request.request_id)
+        return False, None  # saves are committed within their step: the blocks are free now
+
+    def _forget(self, rid: str) -> None:
+        q = self._queries.pop(rid, None)
+        if q is not None:
+            q.lease.close()
+        self._hits.pop(rid, None)
+        self._requests.pop(rid, None)
+        self._tracked.pop(rid, None)
+        self._sent.pop(rid, None)
+        self._cap.pop(rid, None)
+        spec = self._pending.get(rid)
+        if spec is not None and not spec.is_async:
+            del self._pending[rid]  # an async load still runs: vLLM waits for its finished_recving
+
+    # ---- worker side ----------------------------------------------------------------------
+
+    def register_kv_caches(self, kv_caches: Dict[str, Any]) -> None:
+        rank, world = _parallel_rank()
+        options, settings = _settings(self._config, rank, world)
+        head_dim = None
+        try:
+            head_dim = self._config.model_config.get_head_size()
+        except Exception:  # a config without it: the shape decides
+            pass
+        names, k, v = kv_views(kv_caches, head_dim, getattr(self._cache_config, "num_blocks", None))
+        self._layers = {name: i for i, name in enumerate(names)}
+        self._cuda = k[0].is_cuda
+        rt = tutti.Runtime(**options)
+        try:
+            rt.register_kv(tutti.KvLayout.from_views(k, v))
+        except BaseException:
+            rt.close()
+            raise
+        self._rt = rt
+        self._key = _pool_key(options)
+        with _runtimes_lock:
+            _runtimes[self._key] = _Shared(rt, int(options["chunk_tokens"]), self._block_size)
+        log.info("tutti: %d layers of %s on %s (backend %s, chunk_tokens %s)", len(names), list(k[0].shape),
+                 options["pool"], rt.backend, options["chunk_tokens"])
+
+    def _stream(self) -> Any:
+        return torch.cuda.current_stream() if self._cuda else None
+
+    def _batch(self, op: str, specs: List[Any]) -> tutti.Batch:
+        b = self._rt.batch(op)
+        try:
+            for s in specs:
+                b.add(_ints(s.token_ids), _ints(s.block_ids), token_begin=s.begin, token_end=s.end, salt=s.salt)
+            b.submit()
+        except BaseException:
+            b.close()
+            raise
+        return b
+
+    def _submit_load(self, specs: List[LoadSpec]) -> _Load:
+        try:
+            return _Load(self._batch("load", specs), specs)
+        except tutti.Error as e:
+            log.error("tutti: a load of %d requests was refused: %s", len(specs), e)
+            return _Load(None, specs)  # nothing arrives: every block of it is reported
+
+    def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
+        if not self.has_connector_metadata() or self._rt is None:
+            return
+        md = self._get_connector_metadata()
+        self._end_sync_load()  # normally ended by the last step's wait_for_save
+        self._waited.clear()
+        sync = [s for s in md.loads if not s.is_async]
+        if sync:
+            self._sync = self._submit_load(sync)
+        if any(s.is_async for s in md.loads):
+            self._async.append(self._submit_load([s for s in md.loads if s.is_async]))
+        loading = {s.req_id for s in sync}
+        plain = [s for s in md.saves if s.req_id not in loading]
+        groups = ([(plain, False)] if plain else []) + [([s], True) for s in md.saves if s.req_id in loading]
+        for specs, held in groups:
+            try:
+                self._saves.append(_Save(self._batch("store_by_layer", specs), specs, held))
+            except tutti.Error as e:
+                self._count("save_errors")
+                log.error("tutti: a save of %d requests was refused: %s", len(specs), e)
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        layer = self._layers.get(layer_name)
+        if layer is None or self._sync is None:
+            return
+        self._waited.add(layer)
+        if self._sync.batch is None:
+            return
+        try:
+            self._sync.batch.wait_layer(layer, stream=self._stream())
+        except tutti.Error as e:  # its chunks are reported after the step
+            log.debug("tutti: waiting for layer %d: %s", layer, e)
+
+    def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None:
+        layer = self._layers.get(layer_name)
+        if layer is None or not self._saves:
+            return
+        load = self._sync
+        if load is not None and load.got is None and load.batch.poll()[1]:
+            self._collect(load)  # done already: held saves learn whether to go on
+        for save in self._saves:
+            if save.dropped:
+                continue
+            if save.held and load is not None and load.got is None:
+                save.pending.append(layer)
+            elif save.held and self._poisoned(save, load):
+                self._drop(save)
+            else:
+                self._declare(save, save.pending + [layer])
+
+    def _poisoned(self, save: _Save, load: Optional[_Load]) -> bool:
+        if load is None or load.got is None:
+            return False
+        bad = {s.req_id for s, got in zip(load.specs, load.got) if got < s.end}
+        return any(s.req_id in bad for s in save.specs)
+
+    def _drop(self, save: _Save) -> None:
+        save.dropped = True
+        save.batch.close()  # never declared whole: stores nothing
+        self._count("saves_dropped", len(save.specs))
+
+    def _declare(self, save: _Save, layers: List[int]) -> None:
+        save.held, save.pending = False, []
+        for layer in layers:
+            if layer not in save.declared:
+                save.declared.add(layer)
+                save.batch.layer_ready(layer, stream=self._stream())
+
+    def wait_for_save(self) -> None:
+        failed = self._end_sync_load()
+        for save in self._saves:
+            if not save.dropped and any(s.req_id in failed for s in save.specs):
+                self._drop(save)
+            if save.dropped:
+                continue
+            # Layers vLLM did not hand over (hooks skipped): the forward is done by now.
+            self._declare(save, [layer for layer in range(len(self._layers)) if layer not in save.declared])
+            try:
+                save.batch.wait()
+            except tutti.Error as e:
+                self._count("save_errors")
+                log.warning("tutti: a save failed: %s", e)
+            for i in range(len(save.specs)):
+                self._count("saved_tokens", save.batch.result(i).tokens)
+            save.batch.close()
+        self._saves = []
+
+    def _collect(self, load: _Load) -> None:
+        """Waits for a load batch, and notes where each request's arrived KV ends."""
+        if load.got is not None:
+            return
+        try:
+            load.batch.wait()
+        except tutti.Error:
+            pass  # per request below
+        load.got = [s.begin + load.batch.result(i).tokens for i, s in enumerate(load.specs)]
+        load.batch.close()
+        load.batch = None
+
+    def _report(self, load: _Load) -> Set[str]:
+        """Reports the blocks of chunks that did not arrive; returns those requests."""
+        self._collect(load)
+        failed = set()
+        for s, got in zip(load.specs, load.got):
+            self._count("loaded_tokens", got - s.begin)
+            if got < s.end:
+                failed.add(s.req_id)
+                self._invalid.update(s.block_ids[got // self._block_size:_ceil_div(s.end, self._block_size)])
+                self._count("failed_tokens", s.end - got)
+        return failed
+
+    def _end_sync_load(self) -> Set[str]:
+        """Ends the step's load; returns the requests whose KV did not all arrive."""
+        load, self._sync = self._sync, None
+        if load is None:
+            return set()
+        self._collect(load)
+        if len(self._waited) < len(self._layers):
+            if not self._warned_unwaited:
+                self._warned_unwaited = True
+                log.warning("tutti: a forward ran without waiting for every layer's load (CUDA graphs without "
+                            "piecewise attention?); its loaded blocks are reported as failed and recomputed")
+            load.got = [s.begin for s in load.specs]
+        return self._report(load)
+
+    def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
+        done = set()
+        for load in list(self._async):
+            if load.got is not None or load.batch.poll()[1]:
+                self._async.remove(load)
+                self._report(load)
+                done.update(s.req_id for s in load.specs)
+        return None, (done or None)
+
+    def get_block_ids_with_load_errors(self) -> Set[int]:
+        self._end_sync_load()
+        invalid, self._invalid = self._invalid, set()
+        return invalid
+
+    def handle_preemptions(self, kv_connector_metadata: Any = None) -> None:
+        pass  # every load and save of a running request ends within its step
+
+    def shutdown(self) -> None:
+        if self.role == KVConnectorRole.SCHEDULER:
+            for rid in list(self._queries):
+                self._forget(rid)
+            return
+        for save in self._saves:
+            save.batch.close()
+        self._saves = []
+        for load in self._async + ([self._sync] if self._sync else []):
+            if load.batch is not None:
+                load.batch.close()
+        self._sync, self._async = None, []
+        if self._rt is not None:
+            with _runtimes_lock:
+                if _runtimes.get(self._key, _Shared(None, 0, 0)).rt is self._rt:
+                    del _runtimes[self._key]
+            self._rt.close()
+            self._rt = None
+
+
+def _parallel_rank() -> Tuple[int, int]:
+    """(rank, world size) over tensor and pipeline parallelism; (0, 1) outside vLLM."""
+    try:
+        from vllm.distributed.parallel_state import get_pp_group, get_tp_group
+        tp, pp = get_tp_group(), get_pp_group()
+        return pp.rank_in_group * tp.world_size + tp.rank_in_group, tp.world_size * pp.world_size
+    except Exception:  # no vLLM, or its distributed state is not up
+        return 0, 1
