@@ -137,8 +137,10 @@ TUTTI_API const char* tutti_last_error(void);
  *   verify           on | unsafe-off. on (default): every chunk-layer loaded is checked against
  *                    the checksum stored with it, where its bytes land (by the I/O thread in
  *                    host memory; by a checksum kernel on the GPU in CUDA memory); a mismatch
- *                    fails that chunk with TUTTI_ECORRUPT. unsafe-off skips the checks: a
- *                    damaged pool then hands back wrong KV as success.
+ *                    fails that chunk with TUTTI_ECORRUPT, and tutti forgets it (later
+ *                    lookups end before it, so the engine recomputes it and a store writes
+ *                    it anew; since 0.4.0). unsafe-off skips the checks: a damaged pool then
+ *                    hands back wrong KV as success.
  *   dram_tier        bytes of host memory above the pool (default 0: none) that keep the
  *                    chunk-layers most recently stored or loaded: a load of one still there
  *                    is a memcpy, not an I/O. Write-through; the pool stays the truth. With the

@@ -1,10 +1,10 @@
 """Layer-wise prefix loading for a model written in torch.
 
 The engine keeps a paged KV cache (PagedKv: per layer one fused [2, blocks, block_tokens,
-kv_heads, head_dim] tensor, the layout vLLM uses) registered with a tutti Runtime. For a prompt,
-PrefixLoad(rt, tokens, table) looks the prompt up and submits the load of its cached prefix;
-the model then calls wait(layer) right before layer's attention reads the cache, so the reads
-of later layers run while earlier layers compute. LayerStore writes the prompt's new whole
+kv_heads, head_dim] tensor, vLLM's layout before mid-2026) registered with a tutti Runtime.
+For a prompt, PrefixLoad(rt, tokens, table) looks the prompt up and submits the load of its
+cached prefix; the model then calls wait(layer) right before layer's attention reads the
+cache, so the reads of later layers run while earlier layers compute. LayerStore writes the prompt's new whole
 chunks back the same way, each layer once the model has written its KV (ready(layer)), while
 later layers compute; store() writes them all after the prefill.
 
