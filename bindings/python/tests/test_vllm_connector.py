@@ -76,8 +76,10 @@ def test_preemption_under_block_pressure(tmp_path):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_async_loads_report_through_get_finished(tmp_path, device):
-    e = stored_then_served(tmp_path, prompts(1), load_async=True, device=device, local_cache=False)
+@pytest.mark.parametrize("late_start", [False, True])
+def test_async_loads_report_through_get_finished(tmp_path, device, late_start):
+    e = stored_then_served(tmp_path, prompts(1), load_async=True, device=device, local_cache=False,
+                           late_start=late_start)
     assert e.stats["loaded_tokens"] > 0 and e.wrong_positions == 0
 
 

@@ -12,7 +12,9 @@ finished_recving wakes parked requests, and finished requests go through request
 
 The model runner (KVConnectorModelRunnerMixin) calls handle_preemptions, bind, start_load_kv,
 then per layer wait_for_layer_load, attention, save_kv_layer; then wait_for_save,
-get_finished, get_block_ids_with_load_errors, get_kv_connector_stats and clear.
+get_finished, get_block_ids_with_load_errors, get_kv_connector_stats and clear. With
+late_start (the newest vLLM), a step without sync loads calls start_load_kv only after the
+forward.
 
 The "model" gives position p of a prompt a KV that depends on every token up to p (a chained
 hash), as a transformer's does. Its attention reads the KV of every computed position of each
@@ -133,11 +135,12 @@ def allocate(kind: str, layers: int, blocks: int, bt: int, heads: int, dim: int,
 class Engine:
     def __init__(self, tmp_path, layout: str = "2BNHD", layers: int = 3, blocks: int = 96, block_size: int = 4,
                  heads: int = 2, dim: int = 8, budget: int = 64, max_running: int = 4, local_cache: bool = True,
-                 device: str = "cpu", kv_role: str = "kv_both", **extra):
+                 device: str = "cpu", kv_role: str = "kv_both", late_start: bool = False, **extra):
         extra.setdefault("pool", str(tmp_path / "kv.pool"))
         extra.setdefault("capacity", "16M")
         self.bs, self.layers, self.heads, self.dim = block_size, layers, heads, dim
         self.budget, self.max_running, self.local_cache = budget, max_running, local_cache
+        self.late_start = late_start  # newest vLLM: start_load_kv after the forward when no load is sync
         config = vllm_config(block_size, extra, dim, kv_role)
         cache_config = SimpleNamespace(num_blocks=blocks)
         # vLLM: the worker's connector first (the KV cache is registered before the scheduler exists)
@@ -341,7 +344,10 @@ class Engine:
         w = self.worker
         w.handle_preemptions(so.kv_connector_metadata)
         w.bind_connector_metadata(so.kv_connector_metadata)
-        w.start_load_kv(SimpleNamespace(attn_metadata={} if so.total_num_scheduled_tokens else None))
+        context = SimpleNamespace(attn_metadata={} if so.total_num_scheduled_tokens else None)
+        late = self.late_start and not any(not x.is_async for x in so.kv_connector_metadata.loads)
+        if not late:
+            w.start_load_kv(context)
         work = [(r.req_id, r.num_computed_tokens) for r in so.scheduled_new_reqs]
         work += list(zip(so.scheduled_cached_reqs.req_ids, so.scheduled_cached_reqs.num_computed_tokens))
         wrong: Dict[str, int] = {}  # request -> first position its attention read wrong
@@ -351,6 +357,8 @@ class Engine:
                 for rid, start in work:
                     self._attend(layer, self.requests[rid], start, so.num_scheduled_tokens[rid], wrong)
                 w.save_kv_layer(name, self.caches[name], None)
+        if late:
+            w.start_load_kv(context)
         w.wait_for_save()
         sending, recving = w.get_finished(so.finished_req_ids)
         invalid = w.get_block_ids_with_load_errors()

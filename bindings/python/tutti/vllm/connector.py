@@ -260,6 +260,7 @@ class TuttiConnector(KVConnectorBase_V1):
             self._waited: Set[int] = set()
             self._invalid: Set[int] = set()
             self._warned_unwaited = False
+            self._saves_opened = False
 
     # ---- shared ---------------------------------------------------------------------------
 
@@ -457,6 +458,10 @@ class TuttiConnector(KVConnectorBase_V1):
             log.error("tutti: a load of %d requests was refused: %s", len(specs), e)
             return _Load(None, specs)  # nothing arrives: every block of it is reported
 
+    def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
+        super().bind_connector_metadata(connector_metadata)
+        self._saves_opened = False
+
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         if not self.has_connector_metadata() or self._rt is None:
             return
@@ -468,7 +473,15 @@ class TuttiConnector(KVConnectorBase_V1):
             self._sync = self._submit_load(sync)
         if any(s.is_async for s in md.loads):
             self._async.append(self._submit_load([s for s in md.loads if s.is_async]))
-        loading = {s.req_id for s in sync}
+        self._open_saves(md, {s.req_id for s in sync})
+
+    def _open_saves(self, md: TuttiConnectorMetadata, loading: Set[str]) -> None:
+        """The step's saves, as stores by layer: once per step, by start_load_kv or, where vLLM
+        starts loads only after launching the forward (steps without sync loads), by the first
+        save_kv_layer."""
+        if self._saves_opened:
+            return
+        self._saves_opened = True
         plain = [s for s in md.saves if s.req_id not in loading]
         groups = ([(plain, False)] if plain else []) + [([s], True) for s in md.saves if s.req_id in loading]
         for specs, held in groups:
@@ -492,8 +505,10 @@ class TuttiConnector(KVConnectorBase_V1):
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None:
         layer = self._layers.get(layer_name)
-        if layer is None or not self._saves:
+        if layer is None or self._rt is None:
             return
+        if not self._saves_opened and self.has_connector_metadata():
+            self._open_saves(self._get_connector_metadata(), set())
         load = self._sync
         if load is not None and load.got is None and load.batch.poll()[1]:
             self._collect(load)  # done already: held saves learn whether to go on
