@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed here")
 
 import tutti  # noqa: E402
 from tutti.vllm import TuttiConnector  # noqa: E402
-from tutti.vllm.connector import _settings  # noqa: E402
+from tutti.vllm.connector import _Load, _settings  # noqa: E402
 from tutti.vllm.layout import kv_views, layer_index, split_kv  # noqa: E402
 from vllm_replay import LAYOUTS, Engine, Request, WrongKV, allocate, vllm_config  # noqa: E402
 
@@ -120,16 +120,21 @@ def pool_slots(path):
     return data, slot_bytes
 
 
-@pytest.mark.parametrize("load_async", [False, True])
-def test_chunks_that_fail_their_checksum_are_recomputed_never_used(tmp_path, load_async):
-    serve(tmp_path, prompts(1), local_cache=False)
-    data, slot_bytes = pool_slots(tmp_path / "kv.pool")
-    with open(tmp_path / "kv.pool", "r+b") as f:  # one byte of layer 1's K, in every third slot
-        for s in range(0, 64, 3):
-            f.seek(data + s * slot_bytes + slot_bytes // 3 + 5)
+def damage(path, slots, at):
+    """Flips one byte in each of these slots: at byte `at`, or inside layer 1's K."""
+    data, slot_bytes = pool_slots(path)
+    with open(path, "r+b") as f:
+        for s in slots:
+            f.seek(data + s * slot_bytes + (slot_bytes // 3 + 5 if at == "layer 1" else at))
             b = f.read(1)
             f.seek(-1, 1)
             f.write(bytes([b[0] ^ 0x40]))
+
+
+@pytest.mark.parametrize("load_async", [False, True])
+def test_chunks_that_fail_their_checksum_are_recomputed_never_used(tmp_path, load_async):
+    serve(tmp_path, prompts(1), local_cache=False)
+    damage(tmp_path / "kv.pool", range(0, 64, 3), "layer 1")  # every third slot
     e = serve(tmp_path, prompts(1), local_cache=False, load_async=load_async)
     assert e.stats["failed_tokens"] > 0 and e.reported_invalid > 0
     assert e.stats["loaded_tokens"] > 0  # the chunks before a damaged one still load
@@ -145,13 +150,66 @@ def test_chunks_that_fail_their_checksum_are_recomputed_never_used(tmp_path, loa
     assert e.stats.get("failed_tokens", 0) == 0 and e.wrong_positions == 0
 
 
+def refuse_sync_loads(monkeypatch, count):
+    """The next `count` sync load batches are refused (as by an I/O setup error): nothing
+    arrives and the connector reports every block; the pool itself stays intact."""
+    submit, left = TuttiConnector._submit_load, [count]
+
+    def refused(self, specs):
+        if left[0] > 0 and not any(s.is_async for s in specs):
+            left[0] -= 1
+            return _Load(None, specs)
+        return submit(self, specs)
+
+    monkeypatch.setattr(TuttiConnector, "_submit_load", refused)
+
+
+@pytest.mark.parametrize("order", ["cache_at_alloc", "defer_finalize"])
+def test_nothing_computed_over_a_failed_load_is_saved(tmp_path, monkeypatch, order):
+    # cache_at_alloc: a second question of the document shares the failing request's blocks
+    # in the same step (its load is refused). defer_finalize: load errors are asked for
+    # before wait_for_save, and the loads (from a damaged pool) are still in flight at the
+    # last save_kv_layer. A third engine then reads back everything the second stored: a
+    # wrong byte it is not told of fails the replay.
+    serve(tmp_path, prompts(1, per_doc=1), local_cache=False)
+    if order == "cache_at_alloc":
+        refuse_sync_loads(monkeypatch, 2)
+    else:
+        damage(tmp_path / "kv.pool", range(64), 7)
+        monkeypatch.setattr(tutti.Batch, "poll", lambda self: (0, False))
+    e = serve(tmp_path, prompts(1), budget=48, **{order: True})
+    assert e.reported_invalid > 0 and e.stats["saves_dropped"] > 0
+    monkeypatch.undo()
+    serve(tmp_path, prompts(1), local_cache=False)
+
+
+def test_a_step_planned_before_a_failure_was_reported_saves_nothing(tmp_path, monkeypatch):
+    # vLLM's async scheduling plans step k+1 before step k's output comes back: the request
+    # whose load fails in step k goes on prefilling in k+1, over KV that never arrived.
+    head = prompts(1, docs=1, per_doc=1, doc_len=80, tail=(1, 1))[0].prompt_token_ids
+    serve(tmp_path, [Request("p", head)], local_cache=False)
+    full = head[:80] + [7] * 41
+    refuse_sync_loads(monkeypatch, 1)
+    e = Engine(tmp_path, budget=20, local_cache=False)
+    r = Request("r", list(full))
+    e.add(r)
+    step_k = e.schedule()
+    r.num_computed_tokens += step_k.num_scheduled_tokens["r"]  # vLLM advances at schedule time
+    step_k1 = e.schedule()
+    assert step_k.kv_connector_metadata.loads and step_k1.kv_connector_metadata.saves
+    assert e.execute(step_k).invalid_block_ids
+    with pytest.raises(WrongKV):  # the replay's own check: k+1 reads what never arrived
+        e.execute(step_k1)
+    e.close()
+    assert e.stats.get("saved_tokens", 0) == 0 and e.stats["saves_dropped"] == 2
+    monkeypatch.undo()
+    again = serve(tmp_path, [Request("r2", list(full))], local_cache=False)
+    assert again.stats["loaded_tokens"] == 80 and again.wrong_positions == 0
+
+
 def test_the_harness_catches_a_connector_that_hides_failed_loads(tmp_path, monkeypatch):
     serve(tmp_path, prompts(1), local_cache=False)
-    data, slot_bytes = pool_slots(tmp_path / "kv.pool")
-    with open(tmp_path / "kv.pool", "r+b") as f:
-        for s in range(64):
-            f.seek(data + s * slot_bytes + 7)
-            f.write(b"\xff")
+    damage(tmp_path / "kv.pool", range(64), 7)
     monkeypatch.setattr(TuttiConnector, "get_block_ids_with_load_errors",
                         lambda self: (TuttiConnector._end_sync_load(self), set())[1])
     with pytest.raises(WrongKV):
@@ -179,6 +237,19 @@ def test_salted_and_other_model_prompts_never_share_kv(tmp_path):
     other_model = serve(tmp_path, first_questions(), local_cache=False, namespace="vllm:another-model")
     assert other_model.stats.get("loaded_tokens", 0) == 0
     assert serve(tmp_path, first_questions(), local_cache=False).stats["loaded_tokens"] > 0
+
+
+def test_prompts_with_media_or_prompt_logprobs_neither_load_nor_save(tmp_path):
+    serve(tmp_path, prompts(1), local_cache=False)
+    media, logprobs = prompts(1), prompts(1)
+    for r in media:
+        r.mm_features = ["an image at tokens 3-9"]  # same token ids, other pixels
+    for r in logprobs:
+        r.skip_reading_prefix_cache = True
+    e = serve(tmp_path, media, local_cache=False)
+    assert e.stats.get("loaded_tokens", 0) == 0 and e.stats.get("saved_tokens", 0) == 0
+    e = serve(tmp_path, logprobs, local_cache=False)
+    assert e.stats.get("loaded_tokens", 0) == 0
 
 
 # ---- the pieces ------------------------------------------------------------------------------

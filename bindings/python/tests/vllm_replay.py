@@ -63,6 +63,8 @@ class Request:
     status: str = WAITING
     blocks: List[int] = field(default_factory=list)
     aborted: bool = False
+    mm_features: list = field(default_factory=list)  # media in the prompt
+    skip_reading_prefix_cache: bool = False  # prompt logprobs: every position is computed
 
     @property
     def all_token_ids(self) -> List[int]:
@@ -135,12 +137,18 @@ def allocate(kind: str, layers: int, blocks: int, bt: int, heads: int, dim: int,
 class Engine:
     def __init__(self, tmp_path, layout: str = "2BNHD", layers: int = 3, blocks: int = 96, block_size: int = 4,
                  heads: int = 2, dim: int = 8, budget: int = 64, max_running: int = 4, local_cache: bool = True,
-                 device: str = "cpu", kv_role: str = "kv_both", late_start: bool = False, **extra):
+                 device: str = "cpu", kv_role: str = "kv_both", late_start: bool = False,
+                 cache_at_alloc: bool = False, defer_finalize: bool = False, **extra):
         extra.setdefault("pool", str(tmp_path / "kv.pool"))
         extra.setdefault("capacity", "16M")
         self.bs, self.layers, self.heads, self.dim = block_size, layers, heads, dim
         self.budget, self.max_running, self.local_cache = budget, max_running, local_cache
         self.late_start = late_start  # newest vLLM: start_load_kv after the forward when no load is sync
+        # vLLM's allocate_slots caches a request's blocks when it allocates them, before their KV
+        # is loaded or computed (a request scheduled after it in the same step can share them).
+        self.cache_at_alloc = cache_at_alloc
+        # Speculative decoding: load errors are asked for before wait_for_save.
+        self.defer_finalize = defer_finalize
         config = vllm_config(block_size, extra, dim, kv_role)
         cache_config = SimpleNamespace(num_blocks=blocks)
         # vLLM: the worker's connector first (the KV cache is registered before the scheduler exists)
@@ -206,10 +214,11 @@ class Engine:
             hit.append(b)
         return hit
 
-    def _cache_full_blocks(self, req: Request) -> None:
+    def _cache_full_blocks(self, req: Request, upto: Optional[int] = None) -> None:
         if not self.local_cache:
             return
-        for i in range(min(req.num_computed_tokens // self.bs, len(req.blocks))):
+        upto = req.num_computed_tokens if upto is None else upto
+        for i in range(min(upto // self.bs, len(req.blocks))):
             key = tuple(req.all_token_ids[:(i + 1) * self.bs])
             if key not in self.cached:
                 self.cached[key] = req.blocks[i]
@@ -304,6 +313,8 @@ class Engine:
             if not woken:
                 req.blocks = list(local)
             self._grow(req, computed + n)
+            if self.cache_at_alloc and not is_async:
+                self._cache_full_blocks(req, min(computed + n, req.num_tokens))
             req.num_external_computed_tokens = ext
             self.sched.update_state_after_alloc(req, KVCacheBlocks(req.blocks), ext)
             self.waiting.popleft()
@@ -327,7 +338,8 @@ class Engine:
         out = SimpleNamespace(
             scheduled_new_reqs=[SimpleNamespace(req_id=r.request_id, prompt_token_ids=list(r.prompt_token_ids),
                                                 block_ids=(list(r.blocks),), num_computed_tokens=r.num_computed_tokens,
-                                                lora_request=None) for r in new_reqs],
+                                                lora_request=None, mm_features=list(r.mm_features))
+                                for r in new_reqs],
             scheduled_cached_reqs=SimpleNamespace(
                 req_ids=[r.request_id for r, _ in cached],
                 resumed_req_ids={r.request_id for r, resumed in cached if resumed},
@@ -359,9 +371,12 @@ class Engine:
                 w.save_kv_layer(name, self.caches[name], None)
         if late:
             w.start_load_kv(context)
-        w.wait_for_save()
+        if not self.defer_finalize:
+            w.wait_for_save()
         sending, recving = w.get_finished(so.finished_req_ids)
         invalid = w.get_block_ids_with_load_errors()
+        if self.defer_finalize:  # finalize_kv_connector, after the drafter
+            w.wait_for_save()
         stats = w.get_kv_connector_stats()
         w.clear_connector_metadata()
         if stats is not None:
@@ -398,6 +413,10 @@ class Engine:
         truncated = set()
         if out.invalid_block_ids:
             self.reported_invalid += len(out.invalid_block_ids)
+            for b in out.invalid_block_ids:  # never a prefix-cache hit again
+                key = self.block_key.pop(b, None)
+                if key is not None and self.cached.get(key) == b:
+                    del self.cached[key]
             for req in self.running + list(self.parked.values()):
                 for i, b in enumerate(req.blocks[:-(-req.num_computed_tokens // self.bs)]):
                     if b in out.invalid_block_ids:

@@ -38,6 +38,7 @@ import array
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
@@ -95,6 +96,7 @@ class SaveSpec:
 class TuttiConnectorMetadata(KVConnectorMetadata):
     loads: List[LoadSpec] = field(default_factory=list)
     saves: List[SaveSpec] = field(default_factory=list)
+    acked: int = 0  # reports of failed blocks the scheduler had seen when it planned these
 
 
 class TuttiConnectorStats(KVConnectorStats):
@@ -174,6 +176,11 @@ def _salt(request: Any) -> bytes:
     return "\0".join(parts).encode()
 
 
+def _has_media(request: Any) -> bool:
+    """Images, audio or video in the prompt (vLLM's field names across versions)."""
+    return any(getattr(request, a, None) for a in ("mm_features", "mm_positions", "mm_hashes", "mm_inputs"))
+
+
 def _group0(block_ids: Any) -> List[int]:
     """Block ids of the (single) KV cache group: vLLM passes a tuple of per-group lists."""
     if block_ids and isinstance(block_ids[0], (list, tuple)):
@@ -191,6 +198,7 @@ class _Query:
     num_tokens: int
     lease: tutti.Lease
     salt: bytes
+    since: float  # a lease older than half its time-to-live is taken again
     local: int = 0
 
 
@@ -212,12 +220,13 @@ class _Load:
 
 
 class _Save:
-    """One store-by-layer batch. `held`: its request loads in this step, so no layer is
-    declared ready until the load is known good (a failed chunk poisons everything the step
-    computes over it)."""
+    """One request's store by layer. `held`: its blocks meet a load of this step (its own, or
+    another request's whose blocks vLLM's prefix cache shares), so no layer is declared ready
+    until that load is known good: a failed chunk poisons everything computed over it."""
 
-    def __init__(self, batch: tutti.Batch, specs: List[SaveSpec], held: bool):
-        self.batch, self.specs, self.held = batch, specs, held
+    def __init__(self, batch: tutti.Batch, spec: SaveSpec, held: bool):
+        self.batch, self.spec, self.held = batch, spec, held
+        self.blocks = set(spec.block_ids)
         self.declared: Set[int] = set()
         self.pending: List[int] = []
         self.dropped = False
@@ -240,7 +249,7 @@ class TuttiConnector(KVConnectorBase_V1):
         self._saves_on = kv_role in ("kv_both", "kv_producer")
         self._stats: Dict[str, int] = {}
         if role == KVConnectorRole.SCHEDULER:
-            self._options, self._settings = _settings(vllm_config)
+            self._options, self._settings = _settings(vllm_config, *_parallel_rank(vllm_config, worker=False))
             self._queries: Dict[str, _Query] = {}
             self._hits: Dict[str, int] = {}
             self._requests: Dict[str, Any] = {}
@@ -248,6 +257,8 @@ class TuttiConnector(KVConnectorBase_V1):
             self._tracked: Dict[str, _Tracked] = {}
             self._sent: Dict[str, LoadSpec] = {}  # loads handed to workers, until the request ends
             self._cap: Dict[str, int] = {}  # where a request's failed load broke off
+            self._poison: Dict[str, int] = {}  # a request's KV past here was computed over a failed block
+            self._acked = 0  # worker reports of failed blocks seen
             self._warned_alone = False
         else:
             self._rt: Optional[tutti.Runtime] = None
@@ -261,6 +272,8 @@ class TuttiConnector(KVConnectorBase_V1):
             self._invalid: Set[int] = set()
             self._warned_unwaited = False
             self._saves_opened = False
+            self._reports = 0  # get_block_ids_with_load_errors calls that reported blocks
+            self._bad: Dict[int, int] = {}  # block id -> the report that carries its failure
 
     # ---- shared ---------------------------------------------------------------------------
 
@@ -297,20 +310,21 @@ class TuttiConnector(KVConnectorBase_V1):
         """Tokens tutti can load past vLLM's own hit of `num_computed_tokens`: whole chunks,
         at least one token left to compute. Asking again for the same request reuses its
         lookup."""
-        if not self._loads_on or getattr(request, "prompt_token_ids", None) is None:
-            return 0, False
+        if (not self._loads_on or getattr(request, "prompt_token_ids", None) is None or _has_media(request)
+                or getattr(request, "skip_reading_prefix_cache", False)):
+            return 0, False  # media: their KV depends on more than the token ids
         shared = self._shared()
         if shared is None:
             return 0, False
         rid, n, chunk = request.request_id, request.num_tokens, shared.chunk_tokens
         q = self._queries.get(rid)
-        if q is None or q.num_tokens != n:
+        ttl = int(self._settings["lease_ttl_ms"])
+        if q is None or q.num_tokens != n or (ttl and time.monotonic() - q.since > ttl / 2000):
             if q is not None:
                 q.lease.close()
             salt = _salt(request)
-            lease = shared.rt.lookup_lease(_ints(request.all_token_ids), salt,
-                                           ttl_ms=int(self._settings["lease_ttl_ms"]))
-            q = self._queries[rid] = _Query(n, lease, salt)
+            lease = shared.rt.lookup_lease(_ints(request.all_token_ids), salt, ttl_ms=ttl)
+            q = self._queries[rid] = _Query(n, lease, salt, time.monotonic())
             self._count("lookups")
             self._count("lookup_hit_tokens", lease.tokens)
         self._hits[rid] = q.lease.tokens
@@ -336,7 +350,7 @@ class TuttiConnector(KVConnectorBase_V1):
         self._count("load_tokens_planned", num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: Any) -> TuttiConnectorMetadata:
-        md = TuttiConnectorMetadata(loads=list(self._pending.values()))
+        md = TuttiConnectorMetadata(loads=list(self._pending.values()), acked=self._acked)
         self._sent.update(self._pending)
         self._pending.clear()
         for rid in scheduler_output.finished_req_ids or ():
@@ -349,11 +363,13 @@ class TuttiConnector(KVConnectorBase_V1):
         for new in scheduler_output.scheduled_new_reqs:
             rid, prompt = new.req_id, list(new.prompt_token_ids or [])
             req = self._requests.get(rid)
+            if _has_media(new) or (req is not None and _has_media(req)):
+                continue
             salt = _salt(req if req is not None else new)
             # In the pool already: what the lookup found and vLLM took (a failed load took less).
             already = min(self._hits.get(rid, 0), new.num_computed_tokens, len(prompt)) // chunk * chunk
             t = self._tracked[rid] = _Tracked(prompt, _group0(new.block_ids), already, salt)
-            self._plan_save(md, rid, t, new.num_computed_tokens + scheduled.get(rid, 0), chunk)
+            self._plan_save(md, rid, t, new.num_computed_tokens, scheduled.get(rid, 0), chunk)
         cached = scheduler_output.scheduled_cached_reqs
         resumed = getattr(cached, "resumed_req_ids", None)
         if resumed is None:  # vLLM before resumed_req_ids
@@ -369,11 +385,17 @@ class TuttiConnector(KVConnectorBase_V1):
             # Recomputing from `start` (preempted, or a load failed): chunks past it were
             # never saved, or are saved again at no cost (a chunk already present is skipped).
             t.saved = min(t.saved, start // chunk * chunk)
-            self._plan_save(md, rid, t, start + scheduled.get(rid, 0), chunk)
+            self._plan_save(md, rid, t, start, scheduled.get(rid, 0), chunk)
         return md
 
-    def _plan_save(self, md: TuttiConnectorMetadata, rid: str, t: _Tracked, computed: int, chunk: int) -> None:
-        end = min(computed, len(t.token_ids)) // chunk * chunk
+    def _plan_save(self, md: TuttiConnectorMetadata, rid: str, t: _Tracked, start: int, n: int, chunk: int) -> None:
+        """Saves the whole chunks that computing tokens [start, start + n) completes."""
+        poison = self._poison.get(rid)
+        if poison is not None:
+            if start > poison:  # vLLM went on over a failed block (it does not always
+                return          # recompute): nothing past it is ever saved
+            del self._poison[rid]  # recomputing from before it
+        end = min(start + n, len(t.token_ids)) // chunk * chunk
         if end > t.saved and len(t.block_ids) * self._block_size >= end:
             md.saves.append(SaveSpec(rid, t.token_ids[:end], t.block_ids[:_ceil_div(end, self._block_size)],
                                      t.saved, end, t.salt))
@@ -386,6 +408,11 @@ class TuttiConnector(KVConnectorBase_V1):
         invalid = getattr(connector_output, "invalid_block_ids", None)
         if not invalid:
             return
+        self._acked += 1
+        for rid, t in self._tracked.items():  # its own failed load, or blocks shared with one
+            bad = next((i for i, b in enumerate(t.block_ids) if b in invalid), None)
+            if bad is not None:
+                self._poison[rid] = min(self._poison.get(rid, bad * self._block_size), bad * self._block_size)
         for rid, spec in self._sent.items():
             bad = [i for i in range(spec.begin // self._block_size, len(spec.block_ids)) if spec.block_ids[i] in invalid]
             if bad:
@@ -407,6 +434,7 @@ class TuttiConnector(KVConnectorBase_V1):
         self._tracked.pop(rid, None)
         self._sent.pop(rid, None)
         self._cap.pop(rid, None)
+        self._poison.pop(rid, None)
         spec = self._pending.get(rid)
         if spec is not None and not spec.is_async:
             del self._pending[rid]  # an async load still runs: vLLM waits for its finished_recving
@@ -414,7 +442,7 @@ class TuttiConnector(KVConnectorBase_V1):
     # ---- worker side ----------------------------------------------------------------------
 
     def register_kv_caches(self, kv_caches: Dict[str, Any]) -> None:
-        rank, world = _parallel_rank()
+        rank, world = _parallel_rank(self._config, worker=True)
         options, settings = _settings(self._config, rank, world)
         head_dim = None
         try:
@@ -461,6 +489,12 @@ class TuttiConnector(KVConnectorBase_V1):
     def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
         super().bind_connector_metadata(connector_metadata)
         self._saves_opened = False
+        if self.role == KVConnectorRole.WORKER:
+            # A failed block stays bad here until the scheduler has seen its report (it may plan
+            # a step ahead of the outputs); from then on it plans no save over it itself. (One
+            # worker per scheduler: with tensor parallelism tutti does not load.)
+            acked = getattr(connector_metadata, "acked", 0)
+            self._bad = {b: r for b, r in self._bad.items() if r > acked}
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         if not self.has_connector_metadata() or self._rt is None:
@@ -473,23 +507,28 @@ class TuttiConnector(KVConnectorBase_V1):
             self._sync = self._submit_load(sync)
         if any(s.is_async for s in md.loads):
             self._async.append(self._submit_load([s for s in md.loads if s.is_async]))
-        self._open_saves(md, {s.req_id for s in sync})
+        loading = set()
+        for spec in sync:
+            loading.update(spec.block_ids[spec.begin // self._block_size:])
+        self._open_saves(md, loading)
 
-    def _open_saves(self, md: TuttiConnectorMetadata, loading: Set[str]) -> None:
-        """The step's saves, as stores by layer: once per step, by start_load_kv or, where vLLM
-        starts loads only after launching the forward (steps without sync loads), by the first
-        save_kv_layer."""
+    def _open_saves(self, md: TuttiConnectorMetadata, loading: Set[int]) -> None:
+        """The step's saves, a store by layer each: once per step, by start_load_kv or, where
+        vLLM starts loads only after launching the forward (steps without sync loads), by the
+        first save_kv_layer. `loading`: the blocks this step's sync loads fill."""
         if self._saves_opened:
             return
         self._saves_opened = True
-        plain = [s for s in md.saves if s.req_id not in loading]
-        groups = ([(plain, False)] if plain else []) + [([s], True) for s in md.saves if s.req_id in loading]
-        for specs, held in groups:
+        for spec in md.saves:
+            if any(b in self._bad for b in spec.block_ids):
+                self._count("saves_dropped")  # computed over a failed load
+                continue
             try:
-                self._saves.append(_Save(self._batch("store_by_layer", specs), specs, held))
+                held = any(b in loading for b in spec.block_ids)
+                self._saves.append(_Save(self._batch("store_by_layer", [spec]), spec, held))
             except tutti.Error as e:
                 self._count("save_errors")
-                log.error("tutti: a save of %d requests was refused: %s", len(specs), e)
+                log.error("tutti: a save was refused: %s", e)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         layer = self._layers.get(layer_name)
@@ -510,52 +549,56 @@ class TuttiConnector(KVConnectorBase_V1):
         if not self._saves_opened and self.has_connector_metadata():
             self._open_saves(self._get_connector_metadata(), set())
         load = self._sync
-        if load is not None and load.got is None and load.batch.poll()[1]:
-            self._collect(load)  # done already: held saves learn whether to go on
+        if load is not None and (load.got is not None or load.batch.poll()[1]):
+            self._note_failures(load)  # done already: held saves learn whether to go on
         for save in self._saves:
             if save.dropped:
                 continue
             if save.held and load is not None and load.got is None:
                 save.pending.append(layer)
-            elif save.held and self._poisoned(save, load):
+            elif save.blocks & self._bad.keys():
                 self._drop(save)
             else:
                 self._declare(save, save.pending + [layer])
 
-    def _poisoned(self, save: _Save, load: Optional[_Load]) -> bool:
-        if load is None or load.got is None:
-            return False
-        bad = {s.req_id for s, got in zip(load.specs, load.got) if got < s.end}
-        return any(s.req_id in bad for s in save.specs)
 
     def _drop(self, save: _Save) -> None:
         save.dropped = True
         save.batch.close()  # never declared whole: stores nothing
-        self._count("saves_dropped", len(save.specs))
+        self._count("saves_dropped")
 
-    def _declare(self, save: _Save, layers: List[int]) -> None:
+    def _declare(self, save: _Save, layers: List[int], final: bool = False) -> None:
+        """Declares layers ready, all but the last one until `final` (wait_for_save, once every
+        failure of the step is known): a save commits only after its last layer, so until then
+        dropping it stores nothing."""
         save.held, save.pending = False, []
+        last = len(self._layers) - 1
         for layer in layers:
-            if layer not in save.declared:
+            if layer not in save.declared and (final or layer != last):
                 save.declared.add(layer)
-                save.batch.layer_ready(layer, stream=self._stream())
+                try:
+                    save.batch.layer_ready(layer, stream=self._stream())
+                except tutti.Error as e:  # never into vLLM's forward: the save is lost
+                    self._count("save_errors")
+                    log.warning("tutti: a save failed: %s", e)
+                    self._drop(save)
+                    return
 
     def wait_for_save(self) -> None:
-        failed = self._end_sync_load()
+        self._end_sync_load()  # its failures join self._bad (already, if vLLM asked first)
         for save in self._saves:
-            if not save.dropped and any(s.req_id in failed for s in save.specs):
+            if not save.dropped and save.blocks & self._bad.keys():
                 self._drop(save)
             if save.dropped:
                 continue
             # Layers vLLM did not hand over (hooks skipped): the forward is done by now.
-            self._declare(save, [layer for layer in range(len(self._layers)) if layer not in save.declared])
+            self._declare(save, [layer for layer in range(len(self._layers)) if layer not in save.declared], final=True)
             try:
                 save.batch.wait()
             except tutti.Error as e:
                 self._count("save_errors")
                 log.warning("tutti: a save failed: %s", e)
-            for i in range(len(save.specs)):
-                self._count("saved_tokens", save.batch.result(i).tokens)
+            self._count("saved_tokens", save.batch.result(0).tokens)
             save.batch.close()
         self._saves = []
 
@@ -571,23 +614,27 @@ class TuttiConnector(KVConnectorBase_V1):
         load.batch.close()
         load.batch = None
 
-    def _report(self, load: _Load) -> Set[str]:
-        """Reports the blocks of chunks that did not arrive; returns those requests."""
+    def _note_failures(self, load: _Load) -> None:
+        """Waits for a load; the blocks of chunks that did not arrive become bad."""
         self._collect(load)
-        failed = set()
+        for s, got in zip(load.specs, load.got):
+            for b in s.block_ids[got // self._block_size:_ceil_div(s.end, self._block_size)]:
+                self._bad.setdefault(b, self._reports + 1)  # goes out with the next report
+
+    def _report(self, load: _Load) -> None:
+        """Reports the blocks of chunks that did not arrive to vLLM."""
+        self._note_failures(load)
         for s, got in zip(load.specs, load.got):
             self._count("loaded_tokens", got - s.begin)
             if got < s.end:
-                failed.add(s.req_id)
                 self._invalid.update(s.block_ids[got // self._block_size:_ceil_div(s.end, self._block_size)])
                 self._count("failed_tokens", s.end - got)
-        return failed
 
-    def _end_sync_load(self) -> Set[str]:
-        """Ends the step's load; returns the requests whose KV did not all arrive."""
+    def _end_sync_load(self) -> None:
+        """Ends the step's load and reports what did not arrive."""
         load, self._sync = self._sync, None
         if load is None:
-            return set()
+            return
         self._collect(load)
         if len(self._waited) < len(self._layers):
             if not self._warned_unwaited:
@@ -595,7 +642,7 @@ class TuttiConnector(KVConnectorBase_V1):
                 log.warning("tutti: a forward ran without waiting for every layer's load (CUDA graphs without "
                             "piecewise attention?); its loaded blocks are reported as failed and recomputed")
             load.got = [s.begin for s in load.specs]
-        return self._report(load)
+        self._report(load)
 
     def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
         done = set()
@@ -609,6 +656,8 @@ class TuttiConnector(KVConnectorBase_V1):
     def get_block_ids_with_load_errors(self) -> Set[int]:
         self._end_sync_load()
         invalid, self._invalid = self._invalid, set()
+        if invalid:
+            self._reports += 1
         return invalid
 
     def handle_preemptions(self, kv_connector_metadata: Any = None) -> None:
@@ -634,11 +683,17 @@ class TuttiConnector(KVConnectorBase_V1):
             self._rt = None
 
 
-def _parallel_rank() -> Tuple[int, int]:
-    """(rank, world size) over tensor and pipeline parallelism; (0, 1) outside vLLM."""
-    try:
-        from vllm.distributed.parallel_state import get_pp_group, get_tp_group
-        tp, pp = get_tp_group(), get_pp_group()
-        return pp.rank_in_group * tp.world_size + tp.rank_in_group, tp.world_size * pp.world_size
-    except Exception:  # no vLLM, or its distributed state is not up
-        return 0, 1
+def _parallel_rank(vllm_config: Any, worker: bool) -> Tuple[int, int]:
+    """(rank, world size) over data, pipeline and tensor parallelism; (0, 1) outside vLLM. A
+    scheduler stands for the first worker of its engine (its data-parallel rank)."""
+    pc = getattr(vllm_config, "parallel_config", None)
+    dp, dp_size = getattr(pc, "data_parallel_rank", 0) or 0, getattr(pc, "data_parallel_size", 1) or 1
+    tp_size, pp_size = getattr(pc, "tensor_parallel_size", 1) or 1, getattr(pc, "pipeline_parallel_size", 1) or 1
+    local = 0
+    if worker:
+        try:
+            from vllm.distributed.parallel_state import get_pp_group, get_tp_group
+            local = get_pp_group().rank_in_group * tp_size + get_tp_group().rank_in_group
+        except Exception:  # no vLLM, or its distributed state is not up
+            local = 0
+    return dp * tp_size * pp_size + local, dp_size * tp_size * pp_size
