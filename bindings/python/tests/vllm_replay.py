@@ -31,7 +31,7 @@ from typing import Dict, List, Optional
 import torch
 
 from tutti.vllm import TuttiConnector
-from tutti.vllm.standin import KVConnectorRole
+from tutti.vllm.connector import KVConnectorRole  # vLLM's own when it is installed
 
 WAITING, RUNNING, PREEMPTED, PARKED, FINISHED = "WAITING", "RUNNING", "PREEMPTED", "WAITING_FOR_REMOTE_KVS", "FINISHED"
 
