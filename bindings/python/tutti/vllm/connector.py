@@ -9,7 +9,7 @@ prompt tutti supplies) and in every worker with role WORKER (it moves the KV). P
              build_connector_meta         the step's loads, and the whole chunks each prefill
                                           completes (saves)
   worker     start_load_kv                submits the step's loads (one batch) and its saves
-                                          (stores by layer)
+                                          (a store by layer each)
              wait_for_layer_load(layer)   before the layer's attention: its KV is in place;
                                           later layers still load
              save_kv_layer(layer)         after the layer's attention: its blocks hold the
@@ -17,8 +17,8 @@ prompt tutti supplies) and in every worker with role WORKER (it moves the KV). P
              wait_for_save                after the forward: the saves are committed
              get_block_ids_with_load_errors
                                           blocks whose chunk failed (checksum, I/O): vLLM
-                                          recomputes them; the step's KV of that request is
-                                          not saved
+                                          recomputes them, and nothing computed over them
+                                          is saved
 
 Loads and lookups use whole chunks of `chunk_tokens` (default: vLLM's block size, so vLLM's
 own prefix hit, a whole number of blocks, always ends on a chunk boundary; a larger
@@ -26,8 +26,8 @@ chunk_tokens skips tutti whenever that hit does not). A full-prompt hit is repor
 chunk short: vLLM must compute at least the last token.
 
 The scheduler's lookups reach the worker's runtime in the same process (vLLM with one GPU
-runs both in its engine core). With tensor or pipeline parallelism the workers are other
-processes: each rank needs its own pool ("{rank}" in the pool path), and the scheduler cannot
+runs both in its engine core; so does each engine of data parallelism). With tensor or
+pipeline parallelism the workers are other processes: each rank needs its own pool ("{rank}" in the pool path), and the scheduler cannot
 look them up yet, so tutti then stores but never loads (a warning says so).
 
 Saves are synchronous (wait_for_save waits for the commit), so request_finished never holds
@@ -443,7 +443,7 @@ class TuttiConnector(KVConnectorBase_V1):
 
     def register_kv_caches(self, kv_caches: Dict[str, Any]) -> None:
         rank, world = _parallel_rank(self._config, worker=True)
-        options, settings = _settings(self._config, rank, world)
+        options, _ = _settings(self._config, rank, world)
         head_dim = None
         try:
             head_dim = self._config.model_config.get_head_size()
