@@ -70,26 +70,26 @@ CONNECTOR_KEYS = {"load_async": False, "lease_ttl_ms": 600_000}
 
 
 @dataclass
-class LoadSpec:
-    """Load tokens [begin, end) of a prompt (token_ids: its first `end` tokens)."""
+class TokenRange:
+    """Tokens [begin, end) of a request's prompt (token_ids: its first `end` tokens) in its
+    blocks (block_ids: those that hold them)."""
     req_id: str
     token_ids: List[int]
     block_ids: List[int]
     begin: int
     end: int
     salt: bytes = b""
+
+
+@dataclass
+class LoadSpec(TokenRange):
+    """Load the range into the blocks (before the request is scheduled when is_async)."""
     is_async: bool = False
 
 
 @dataclass
-class SaveSpec:
-    """Store the whole chunks of tokens [begin, end) once the step has computed them."""
-    req_id: str
-    token_ids: List[int]
-    block_ids: List[int]
-    begin: int
-    end: int
-    salt: bytes = b""
+class SaveSpec(TokenRange):
+    """Store the range's whole chunks once the step has computed them."""
 
 
 @dataclass
@@ -129,7 +129,6 @@ _runtimes_lock = threading.Lock()
 class _Shared:
     rt: tutti.Runtime
     chunk_tokens: int
-    block_tokens: int
 
 
 def _settings(vllm_config: Any, rank: int = 0, world: int = 1) -> Tuple[dict, dict]:
@@ -461,7 +460,7 @@ class TuttiConnector(KVConnectorBase_V1):
         self._rt = rt
         self._key = _pool_key(options)
         with _runtimes_lock:
-            _runtimes[self._key] = _Shared(rt, int(options["chunk_tokens"]), self._block_size)
+            _runtimes[self._key] = _Shared(rt, int(options["chunk_tokens"]))
         log.info("tutti: %d layers of %s on %s (backend %s, chunk_tokens %s)", len(names), list(k[0].shape),
                  options["pool"], rt.backend, options["chunk_tokens"])
 
@@ -614,11 +613,15 @@ class TuttiConnector(KVConnectorBase_V1):
         load.batch.close()
         load.batch = None
 
+    def _lost(self, s: LoadSpec, got: int) -> List[int]:
+        """The blocks of a load's range past where its arrived KV ends."""
+        return s.block_ids[got // self._block_size:_ceil_div(s.end, self._block_size)]
+
     def _note_failures(self, load: _Load) -> None:
         """Waits for a load; the blocks of chunks that did not arrive become bad."""
         self._collect(load)
         for s, got in zip(load.specs, load.got):
-            for b in s.block_ids[got // self._block_size:_ceil_div(s.end, self._block_size)]:
+            for b in self._lost(s, got):
                 self._bad.setdefault(b, self._reports + 1)  # goes out with the next report
 
     def _report(self, load: _Load) -> None:
@@ -627,7 +630,7 @@ class TuttiConnector(KVConnectorBase_V1):
         for s, got in zip(load.specs, load.got):
             self._count("loaded_tokens", got - s.begin)
             if got < s.end:
-                self._invalid.update(s.block_ids[got // self._block_size:_ceil_div(s.end, self._block_size)])
+                self._invalid.update(self._lost(s, got))
                 self._count("failed_tokens", s.end - got)
 
     def _end_sync_load(self) -> None:
@@ -677,7 +680,8 @@ class TuttiConnector(KVConnectorBase_V1):
         self._sync, self._async = None, []
         if self._rt is not None:
             with _runtimes_lock:
-                if _runtimes.get(self._key, _Shared(None, 0, 0)).rt is self._rt:
+                shared = _runtimes.get(self._key)
+                if shared is not None and shared.rt is self._rt:
                     del _runtimes[self._key]
             self._rt.close()
             self._rt = None
