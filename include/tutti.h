@@ -171,6 +171,11 @@ TUTTI_API const char* tutti_last_error(void);
  *                    each with a SQPOLL thread).
  *   queue_depth      I/Os in flight per ring (default 64).
  *   threads          posix, dram and cufile worker threads (default 16).
+ *   store_nice       CPU nice value (0-19, default 19) of the threads that write stores:
+ *                    loads have threads (posix, uring, dram) of their own, at the process's
+ *                    priority, so neither a load nor the engine's threads wait for a store's
+ *                    CPU work (a zram or software-RAID write compresses or computes parity in
+ *                    the thread that writes).
  *   sqpoll_idle_ms   gpu-uring: ms without submissions before a SQPOLL thread sleeps
  *                    (default 2); it spins while awake.
  *   sqpoll_shared    gpu-uring: 1 (default) = every ring shares the first ring's SQPOLL

@@ -46,6 +46,11 @@ struct BackendConfig {
   unsigned sqpoll_idle_ms = 2;         // gpu-uring: idle time before a SQPOLL thread sleeps
   bool sqpoll_shared = true;           // gpu-uring: one SQPOLL thread for all rings
   unsigned threads = 16;               // posix: worker threads
+  // A store backend's threads (rings, workers) are named "<name>-st" and run at this nice
+  // value, so a load's threads and the engine's own preempt them (reads before writes, on the
+  // CPU as on the device: a zram or software-RAID write spends CPU in the writing thread).
+  bool stores = false;
+  int nice = 0;
   unsigned nvme_controller = 0;        // nvme: tutti_kmod's controller number
   std::string nvme_data_pointer = "auto";  // nvme: auto (SGL where supported) | sgl | prp
 };

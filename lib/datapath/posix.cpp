@@ -20,7 +20,11 @@ namespace {
 class ThreadPoolBackend final : public Backend {
  public:
   ThreadPoolBackend(const BackendConfig& cfg, std::string name, std::string describe, Transfer transfer)
-      : name_(std::move(name)), describe_(std::move(describe)), transfer_(std::move(transfer)) {
+      : name_(std::move(name)),
+        describe_(std::move(describe)),
+        thread_name_("tutti-" + name_ + (cfg.stores ? "-st" : "")),
+        nice_(cfg.nice),
+        transfer_(std::move(transfer)) {
     unsigned n = cfg.threads ? cfg.threads : 1;
     for (unsigned i = 0; i < n; ++i) workers_.emplace_back([this] { run(); });
   }
@@ -35,7 +39,8 @@ class ThreadPoolBackend final : public Backend {
 
   const char* name() const override { return name_.c_str(); }
   std::string describe() const override {
-    return name_ + ": " + std::to_string(workers_.size()) + " threads, " + describe_;
+    return name_ + ": " + std::to_string(workers_.size()) + " threads" + (nice_ > 0 ? " at nice " + std::to_string(nice_) : "") +
+           ", " + describe_;
   }
 
   void submit(std::span<IoOp* const> ops) override {
@@ -51,7 +56,8 @@ class ThreadPoolBackend final : public Backend {
 
  private:
   void run() {
-    name_this_thread(("tutti-" + name_).c_str());
+    name_this_thread(thread_name_.c_str());
+    nice_this_thread(nice_);
     for (;;) {
       IoOp* op;
       {
@@ -67,7 +73,8 @@ class ThreadPoolBackend final : public Backend {
     }
   }
 
-  const std::string name_, describe_;
+  const std::string name_, describe_, thread_name_;
+  const int nice_;
   const Transfer transfer_;
   std::mutex mu_;
   std::condition_variable cv_;

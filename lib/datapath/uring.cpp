@@ -26,7 +26,7 @@ constexpr uint64_t kWakeTag = 1;  // user_data of the eventfd read; ops are poin
 
 class Ring {
  public:
-  Ring(const BackendConfig& cfg, unsigned depth) : depth_(depth) {
+  Ring(const BackendConfig& cfg, unsigned depth) : depth_(depth), stores_(cfg.stores), nice_(cfg.nice) {
     int rc = io_uring_queue_init(depth + 1, &ring_, 0);
     if (rc < 0) fail_errno(-rc, "io_uring_queue_init");
     efd_ = Fd(::eventfd(0, EFD_CLOEXEC));
@@ -91,7 +91,8 @@ class Ring {
   }
 
   void run() {
-    name_this_thread("tutti-uring");
+    name_this_thread(stores_ ? "tutti-uring-st" : "tutti-uring");
+    nice_this_thread(nice_);
     std::vector<IoOp*> todo;
     size_t next = 0;
     unsigned inflight = 0;
@@ -141,6 +142,8 @@ class Ring {
 
   io_uring ring_;
   unsigned depth_;
+  bool stores_;
+  int nice_;
   Fd efd_;
   uint64_t wake_value_ = 0;
   std::vector<int> fds_;
@@ -154,7 +157,7 @@ class Ring {
 
 class UringBackend final : public Backend {
  public:
-  explicit UringBackend(const BackendConfig& cfg) {
+  explicit UringBackend(const BackendConfig& cfg) : nice_(cfg.nice) {
     unsigned n = cfg.rings ? cfg.rings : 1;
     unsigned depth = cfg.queue_depth ? cfg.queue_depth : 64;
     for (unsigned i = 0; i < n; ++i) rings_.push_back(std::make_unique<Ring>(cfg, depth));
@@ -163,7 +166,8 @@ class UringBackend final : public Backend {
   const char* name() const override { return "uring"; }
   std::string describe() const override {
     return "uring: " + std::to_string(rings_.size()) + " rings x depth " + std::to_string(depth_) +
-           (rings_[0]->fixed_files() ? ", fixed files" : "") + (rings_[0]->fixed_buffers() ? ", fixed buffers" : "");
+           (rings_[0]->fixed_files() ? ", fixed files" : "") + (rings_[0]->fixed_buffers() ? ", fixed buffers" : "") +
+           (nice_ > 0 ? ", threads at nice " + std::to_string(nice_) : "");
   }
   void submit(std::span<IoOp* const> ops) override {
     // Round-robin: the ops of one layer spread over every ring and thread.
@@ -180,6 +184,7 @@ class UringBackend final : public Backend {
  private:
   std::vector<std::unique_ptr<Ring>> rings_;
   unsigned depth_ = 0;
+  int nice_;
   std::atomic<size_t> next_{0};
 };
 

@@ -27,6 +27,7 @@ const std::vector<OptionInfo>& option_table() {
       {"sqpoll_idle_ms", "2", "gpu-uring: ms without submissions before a SQPOLL thread sleeps"},
       {"sqpoll_shared", "1", "gpu-uring: 1 = all rings share one SQPOLL thread (IORING_SETUP_ATTACH_WQ); 0 = one each"},
       {"threads", "16", "posix backend worker threads"},
+      {"store_nice", "19", "CPU nice (0-19) of the threads that write stores, so loads and the engine's threads come first"},
       {"nvme_controller", "0", "nvme: tutti_kmod's controller number"},
       {"nvme_data_pointer", "auto", "nvme: auto (SGL where the controller has them) | sgl | prp"},
       {"create", "1", "1 | 0: create missing pool files"},
@@ -119,6 +120,8 @@ void apply(Config& c, const std::string& key, const std::string& v) {
     c.sqpoll_shared = v == "1";
   } else if (key == "threads") {
     c.threads = count_of(key, v, 1, 1024);
+  } else if (key == "store_nice") {
+    c.store_nice = count_of(key, v, 0, 19);
   } else if (key == "nvme_controller") {
     c.nvme_controller = count_of(key, v, 0, 1023);
   } else if (key == "nvme_data_pointer") {

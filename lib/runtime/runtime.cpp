@@ -147,17 +147,25 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   }
   if (staging) bc.staging = staging->regions();
 
-  // The CPU producer: the stores of every path but mapped-cuda, and the loads of the host paths
-  // and staged-cuda (uring, posix, dram in host memory).
-  auto backend = b == BackendKind::kDram ? make_dram_backend(bc, *dram_pool)
-                                         : make_backend(plan.uring_stores ? BackendKind::kUring : b, bc);
+  // The CPU producers: one for the stores of every path but mapped-cuda, its threads niced, and
+  // one of the same kind for the loads of the host paths and staged-cuda (uring, posix, dram in
+  // host memory), so a load never queues behind a store's I/O nor yields the CPU to it.
+  auto cpu_backend = [&](bool stores) {
+    BackendConfig c = bc;
+    c.stores = stores;
+    c.nice = stores ? static_cast<int>(cfg_.store_nice) : 0;
+    return b == BackendKind::kDram ? make_dram_backend(c, *dram_pool)
+                                   : make_backend(plan.uring_stores ? BackendKind::kUring : b, c);
+  };
+  auto backend = cpu_backend(true);
   // Loads of their own: passthru and nvme into staging; cufile into staging in HBM, which the
-  // copy kernel scatters from.
+  // copy kernel scatters from; gpu-uring and mapped-cuda need no CPU producer.
   std::unique_ptr<void, void (*)(void*)> load_arena{nullptr, gpu::free};
   std::unique_ptr<Staging> load_staging;
   std::unique_ptr<Backend> load_backend;
   if (b == BackendKind::kPassthru) load_backend = make_passthru_backend(bc);
   if (b == BackendKind::kNvme) load_backend = make_nvme_backend(bc);
+  if (!plan.uring_stores && plan.load != PathKind::kMappedCuda) load_backend = cpu_backend(false);
   if (b == BackendKind::kCufile) {
     const uint64_t bytes = Staging::arena_bytes_for(std::max(cfg_.staging, shape.layer_bytes()), shape.layer_bytes());
     load_arena.reset(gpu::alloc(binding->device(), bytes));
@@ -213,7 +221,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
                  plan.why.empty() ? "" : " (", plan.why.empty() ? "" : (plan.why + ")").c_str(), load_path_->name(),
                  store_path_->name(), plan.direct ? "on" : "off");
   device_ = std::move(device);
-  scheduler_ = std::make_unique<Scheduler>(cfg_.lookahead);
+  scheduler_ = std::make_unique<Scheduler>(cfg_.lookahead, static_cast<int>(cfg_.store_nice));
   binding_ = std::move(binding);
 }
 

@@ -4,8 +4,8 @@
 
 namespace tutti {
 
-Scheduler::Scheduler(unsigned lookahead)
-    : lookahead_(lookahead ? lookahead : 1), loader_([this] { run(false); }), storer_([this] { run(true); }) {}
+Scheduler::Scheduler(unsigned lookahead, int store_nice)
+    : lookahead_(lookahead ? lookahead : 1), store_nice_(store_nice), loader_([this] { run(false); }), storer_([this] { run(true); }) {}
 
 Scheduler::~Scheduler() {
   {
@@ -59,6 +59,7 @@ Scheduled* Scheduler::pick(bool stores, unsigned* layer) {
 
 void Scheduler::run(bool stores) {
   name_this_thread(stores ? "tutti-sched-st" : "tutti-sched-ld");
+  if (stores) nice_this_thread(store_nice_);
   std::unique_lock lock(mu_);
   for (;;) {
     if (stores && !commits_.empty()) {

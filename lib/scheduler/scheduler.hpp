@@ -6,7 +6,8 @@
 // flight (submitted and not all landed), so stores fit into the gaps between loads (a layer
 // already being written when a load arrives finishes alongside it), and it commits finished
 // stores (sync, commit records), so I/O threads never block on fsync. A store waits as long as
-// loads keep the device busy; a cancelled one, with nothing to write, does not.
+// loads keep the device busy; a cancelled one, with nothing to write, does not. The store thread
+// runs at `store_nice`, like the store backend's threads.
 #pragma once
 
 #include <condition_variable>
@@ -35,7 +36,7 @@ class Scheduled {
 
 class Scheduler {
  public:
-  explicit Scheduler(unsigned lookahead);
+  Scheduler(unsigned lookahead, int store_nice);
   ~Scheduler();  // finishes every queued batch first
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -50,6 +51,7 @@ class Scheduler {
   Scheduled* pick(bool stores, unsigned* layer);  // requires mu_
 
   unsigned lookahead_;
+  int store_nice_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Scheduled*> loads_, stores_, commits_;

@@ -1,7 +1,11 @@
 /* threads: four threads store, look up and load their own and shared prompts on one runtime. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,11 +176,103 @@ static void test_last_error_per_thread(void** state) {
   tutti_options_destroy(o);
 }
 
+/* Counts this process's threads named `name` and checks each one's nice value; -1 when one
+ * has another. */
+static int threads_at(const char* name, int nice) {
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return -1;
+  int count = 0;
+  struct dirent* e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char path[300], comm[64] = "", stat[1024] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE* f = fopen(path, "r");
+    if (!f) continue; /* the thread just ended */
+    int got = fgets(comm, sizeof comm, f) != NULL;
+    fclose(f);
+    comm[strcspn(comm, "\n")] = '\0';
+    if (!got || strcmp(comm, name) != 0) continue;
+    snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+    f = fopen(path, "r");
+    if (!f) continue;
+    got = fgets(stat, sizeof stat, f) != NULL;
+    fclose(f);
+    /* after "pid (comm) ": state is field 3, nice field 19 */
+    const char* p = strrchr(stat, ')');
+    int field = 2, value = 0;
+    for (; got && p && *p; p++)
+      if (*p == ' ' && ++field == 19) {
+        value = atoi(p + 1);
+        break;
+      }
+    if (field != 19 || value != nice) {
+      closedir(d);
+      return -1;
+    }
+    count++;
+  }
+  closedir(d);
+  return count;
+}
+
+/* The threads that write stores run niced (store_nice), those that load at the process's own
+ * priority: a load never yields the CPU to a store. */
+static void check_niced_stores(th_env* env, const char* backend) {
+  uint64_t rng = th_base_seed() ^ 0x72;
+  th_kv_spec spec = th_spec_default();
+  th_kv* kv = NULL;
+  TH_OK(th_kv_create(&kv, &spec));
+  char dir[1100];
+  snprintf(dir, sizeof dir, "%s/%s", env->dir, backend);
+  assert_int_equal(mkdir(dir, 0700), 0);
+  const char* extra[] = {"backend", backend, "store_nice", "7", NULL};
+  tutti_runtime* rt = NULL;
+  int rc = th_open(&rt, dir, "64M", CT, extra, kv);
+  if (rc == TUTTI_EUNSUPPORTED) { /* no io_uring here */
+    printf("# backend %s: %s\n", backend, tutti_last_error());
+    th_kv_destroy(kv);
+    return;
+  }
+  TH_OK(rc);
+  th_prompt p;
+  th_prompt_random(&p, &rng, 3 * CT);
+  int32_t st[6] = {0, 1, 2, 3, 4, 5}, ld[6] = {10, 11, 12, 13, 14, 15};
+  th_store_prompt(rt, kv, &p, st, th_nblocks(p.n, spec.block_tokens));
+  th_load_and_check(rt, kv, &p, ld, th_nblocks(p.n, spec.block_tokens), p.n);
+
+  const int base = getpriority(PRIO_PROCESS, 0), niced = base > 7 ? base : 7;
+  char load_name[32], store_name[32];
+  snprintf(load_name, sizeof load_name, "tutti-%s", backend);
+  snprintf(store_name, sizeof store_name, "tutti-%s-st", backend);
+  int loaders = 0, storers = 0, sched = 0;
+  /* a thread names and nices itself as it starts: give the slowest a moment */
+  for (int tries = 0; tries < 200 && !(loaders > 0 && storers > 0 && sched == 1); tries++) {
+    if (tries) usleep(10000);
+    loaders = threads_at(load_name, base);
+    storers = threads_at(store_name, niced);
+    sched = threads_at("tutti-sched-st", niced);
+  }
+  if (loaders <= 0 || storers <= 0 || sched != 1)
+    fail_msg("backend %s: %d load threads at nice %d, %d store threads and %d store schedulers at "
+             "nice %d (-1: one at another nice)", backend, loaders, base, storers, sched, niced);
+  TH_EQ(threads_at("tutti-sched-ld", base), 1);
+  tutti_runtime_close(rt);
+  th_prompt_free(&p);
+  th_kv_destroy(kv);
+}
+
+static void test_store_threads_niced(void** state) {
+  check_niced_stores(*state, "posix");
+  check_niced_stores(*state, "uring");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_threads_private, th_setup_dir, th_teardown_dir),
       cmocka_unit_test_setup_teardown(test_threads_shared, th_setup_dir, th_teardown_dir),
       cmocka_unit_test(test_last_error_per_thread),
+      cmocka_unit_test_setup_teardown(test_store_threads_niced, th_setup_dir, th_teardown_dir),
   };
   if (th_require_pool() == TH_SKIP) return TH_SKIP;
   return cmocka_run_group_tests_name("threads", tests, NULL, NULL);

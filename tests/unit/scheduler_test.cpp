@@ -59,7 +59,7 @@ struct Log {
 TEST(Scheduler, AStoreWaitsUntilEveryLoadHasLanded) {
   Log log;
   FakeBatch load(true, 2, &log.lines, &log.mu, &log.cv), store(false, 1, &log.lines, &log.mu, &log.cv);
-  Scheduler s(4);
+  Scheduler s(4, 0);
   s.enqueue(&load);
   EXPECT_EQ(log.at_least(2), (std::vector<std::string>{"load 0", "load 1"}));
   s.enqueue(&store);  // both load layers are issued, neither has landed: the store waits
@@ -77,7 +77,7 @@ TEST(Scheduler, AStoreWaitsUntilEveryLoadHasLanded) {
 TEST(Scheduler, ALoadIsIssuedWhileAStoreIsInFlight) {
   Log log;
   FakeBatch store(false, 3, &log.lines, &log.mu, &log.cv), load(true, 1, &log.lines, &log.mu, &log.cv);
-  Scheduler s(1);
+  Scheduler s(1, 0);
   s.enqueue(&store);
   EXPECT_EQ(log.at_least(1).back(), "store 0");  // lookahead 1: layer 1 waits for layer 0
   s.enqueue(&load);
@@ -99,7 +99,7 @@ TEST(Scheduler, ALoadIsIssuedWhileAStoreIsInFlight) {
 TEST(Scheduler, ACancelledStoreDoesNotWaitForLoads) {
   Log log;
   FakeBatch load(true, 1, &log.lines, &log.mu, &log.cv), store(false, 1, &log.lines, &log.mu, &log.cv);
-  Scheduler s(4);
+  Scheduler s(4, 0);
   s.enqueue(&load);
   EXPECT_EQ(log.at_least(1).back(), "load 0");
   store.cancelled_ = true;
