@@ -32,32 +32,17 @@ Staging::Staging(uint64_t budget, uint64_t buffer_bytes, std::byte* device)
   for (size_t i = count_; i-- > 0;) free_.push_back(static_cast<uint32_t>(i));
 }
 
-bool Staging::can_take(bool write) const {
-  return !free_.empty() && (!write || (writes_held_ < writes_max_ && reads_waiting_ == 0));
-}
-
 Staging::Buffer Staging::acquire(bool write) {
   std::unique_lock lock(mu_);
-  if (!write && !can_take(false)) {
-    ++reads_waiting_;
-    cv_.wait(lock, [&] { return can_take(false); });
-    if (--reads_waiting_ == 0 && free_.size() > 1) cv_.notify_all();  // writes may go on
-  } else {
-    cv_.wait(lock, [&] { return can_take(write); });
-  }
+  cv_.wait(lock, [&] { return !free_.empty() && (!write || writes_held_ < writes_max_); });
   return take(write);
 }
 
 bool Staging::try_acquire(Buffer* out, bool write) {
   std::lock_guard lock(mu_);
-  if (!can_take(write)) return false;
+  if (free_.empty() || (write && writes_held_ >= writes_max_)) return false;
   *out = take(write);
   return true;
-}
-
-size_t Staging::reads_waiting() const {
-  std::lock_guard lock(mu_);
-  return reads_waiting_;
 }
 
 Staging::Buffer Staging::take(bool write) {

@@ -1,11 +1,8 @@
 // Staging: a fixed budget of aligned host memory cut into equal buffers, handed out one per
 // in-flight I/O. Running out blocks the issuer, which is how the staging budget bounds how far
-// ahead of the consumer reads may run. Reads before writes: writes may hold at most half the
-// buffers (with two or more), so a load that arrives while a store is in flight always finds
-// some, and take none while a read waits for one, so the buffers a store's writes free go to
-// the load until it needs no more (measured on the H200 with the 8B shape, 28K of 32K tokens
-// loaded from zram while 32K are stored: with reads held to half of 256 MiB the store added
-// 17 % to the load's TTFT, with a 1 GiB budget 1 %).
+// ahead of the consumer reads may run. Writes may hold at most half the buffers (with two or
+// more), so a load that arrives while a store is in flight always finds some (reads before
+// writes).
 #pragma once
 
 #include <sys/uio.h>
@@ -38,7 +35,6 @@ class Staging {
 
   Buffer acquire(bool write = false);  // blocks until a buffer is free (to writes)
   bool try_acquire(Buffer* out, bool write = false);
-  size_t reads_waiting() const;  // reads blocked in acquire (for tests)
   void release(const Buffer& b);
 
   uint64_t buffer_bytes() const { return buffer_bytes_; }
@@ -53,8 +49,7 @@ class Staging {
   bool in_device_memory() const { return in_device_; }
 
  private:
-  bool can_take(bool write) const;  // requires mu_
-  Buffer take(bool write);          // requires mu_ and can_take
+  Buffer take(bool write);  // requires mu_ and a free buffer
 
   AlignedBuffer arena_;  // host memory, unless the arena is device memory
   std::byte* base_ = nullptr;
@@ -64,10 +59,9 @@ class Staging {
   uint64_t device_base_ = 0;
   bool in_device_ = false;
   std::vector<iovec> regions_;
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::condition_variable cv_;
   std::vector<uint32_t> free_;
-  size_t reads_waiting_ = 0;
   size_t writes_held_ = 0;
   size_t writes_max_ = 1;
 };
