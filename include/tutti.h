@@ -39,7 +39,7 @@ extern "C" {
 /* ---- Version -------------------------------------------------------------------------- */
 
 #define TUTTI_VERSION_MAJOR 0
-#define TUTTI_VERSION_MINOR 4
+#define TUTTI_VERSION_MINOR 5
 #define TUTTI_VERSION_PATCH 0
 #define TUTTI_VERSION_NUMBER \
   (TUTTI_VERSION_MAJOR * 10000 + TUTTI_VERSION_MINOR * 100 + TUTTI_VERSION_PATCH)
@@ -184,6 +184,10 @@ TUTTI_API const char* tutti_last_error(void);
  *                    SQPOLL CPU per layer 81-90 ms with one thread per ring, 5 ms shared,
  *                    at the same GB/s.
  *   create           1 | 0. Create missing pool files (default 1).
+ *   lookup_socket    a Unix socket path where the runtime answers lookups of other processes
+ *                    (tutti_lookup_client_open), from tutti_runtime_open until close. A stale
+ *                    socket there (its runtime died) is replaced; one a live runtime serves
+ *                    fails with TUTTI_EBUSY. Made owner-only (0600). Default: none. Since 0.5.0.
  */
 typedef struct tutti_options tutti_options;
 
@@ -274,6 +278,31 @@ TUTTI_API int tutti_lookup_lease(tutti_runtime* rt, const int32_t* tokens, size_
                                  size_t* cached_tokens, tutti_lease** out);
 /* Unpins what the lease still holds, and frees it. Accepts NULL. Since 0.4.0. */
 TUTTI_API void tutti_lease_release(tutti_lease* lease);
+
+/* ---- Lookup from another process ---------------------------------------------------------
+ * An engine's scheduler process asks how much of a prompt is cached while the workers own the
+ * pools: each worker's runtime is opened with lookup_socket=PATH, and the scheduler connects
+ * a client to it. A client may be used from several threads (calls are taken in turn).
+ *
+ * tutti_lookup_client_open connects (TUTTI_EIO when no runtime serves PATH; TUTTI_EACCES when
+ * the socket is not this user's); timeout_ms bounds each later call's wait for an answer
+ * (0: no bound). tutti_lookup_client_query is tutti_lookup in the serving runtime; with lease
+ * non-NULL it is tutti_lookup_lease there: the cached tokens stay pinned until
+ * tutti_lookup_client_release(lease), ttl_ms (0: no expiry), or the client's connection ends
+ * (closed, or its process died), and *lease is its id. Errors are the runtime's (TUTTI_ESTATE
+ * before it registered its KV cache). When the serving runtime closes or dies, or an answer
+ * does not come within timeout_ms, the call fails with TUTTI_EIO and every lease of the client
+ * ends with its connection: treat it as a miss. The next call connects again, so a runtime
+ * restarted at PATH is found. Releasing a lease that already ended does nothing. Since 0.5.0. */
+typedef struct tutti_lookup_client tutti_lookup_client;
+TUTTI_API int tutti_lookup_client_open(const char* socket_path, uint32_t timeout_ms,
+                                       tutti_lookup_client** out);
+TUTTI_API int tutti_lookup_client_query(tutti_lookup_client* c, const int32_t* tokens,
+                                        size_t num_tokens, const void* salt, size_t salt_len,
+                                        uint32_t ttl_ms, size_t* cached_tokens, uint64_t* lease);
+TUTTI_API int tutti_lookup_client_release(tutti_lookup_client* c, uint64_t lease);
+/* Closes the connection (ending its leases) and frees the client. Accepts NULL. */
+TUTTI_API void tutti_lookup_client_close(tutti_lookup_client* c);
 
 /* ---- Batches ---------------------------------------------------------------------------
  * A batch loads or stores the KV of several requests. After submit it is consumed per layer:

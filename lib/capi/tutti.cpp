@@ -10,6 +10,7 @@
 
 #include "common/error.hpp"
 #include "runtime/config.hpp"
+#include "lookup/client.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/batch.hpp"
 
@@ -25,6 +26,9 @@ struct tutti_batch {
 struct tutti_lease {
   std::shared_ptr<tutti::Runtime> rt;
   uint64_t id = 0;
+};
+struct tutti_lookup_client {
+  std::unique_ptr<tutti::LookupClient> impl;
 };
 
 namespace {
@@ -188,6 +192,35 @@ void tutti_lease_release(tutti_lease* lease) {
   lease->rt->release_lease(lease->id);
   delete lease;
 }
+
+int tutti_lookup_client_open(const char* socket_path, uint32_t timeout_ms, tutti_lookup_client** out) {
+  return guard([&] {
+    need(socket_path, "socket_path");
+    need(out, "out");
+    *out = nullptr;
+    auto c = std::make_unique<tutti_lookup_client>();
+    c->impl = std::make_unique<tutti::LookupClient>(socket_path, timeout_ms);
+    *out = c.release();
+  });
+}
+
+int tutti_lookup_client_query(tutti_lookup_client* c, const int32_t* tokens, size_t num_tokens, const void* salt,
+                              size_t salt_len, uint32_t ttl_ms, size_t* cached_tokens, uint64_t* lease) {
+  return guard([&] {
+    need(c, "client");
+    need(cached_tokens, "cached_tokens");
+    *cached_tokens = c->impl->query(tokens, num_tokens, salt, salt_len, ttl_ms, lease);
+  });
+}
+
+int tutti_lookup_client_release(tutti_lookup_client* c, uint64_t lease) {
+  return guard([&] {
+    need(c, "client");
+    c->impl->release(lease);
+  });
+}
+
+void tutti_lookup_client_close(tutti_lookup_client* c) { delete c; }
 
 int tutti_batch_create(tutti_runtime* rt, tutti_op op, tutti_batch** out) {
   return guard([&] {

@@ -31,6 +31,7 @@ const std::vector<OptionInfo>& option_table() {
       {"nvme_controller", "0", "nvme: tutti_kmod's controller number"},
       {"nvme_data_pointer", "auto", "nvme: auto (SGL where the controller has them) | sgl | prp"},
       {"create", "1", "1 | 0: create missing pool files"},
+      {"lookup_socket", "", "Unix socket path where the runtime answers lookups from other processes (tutti_lookup_client_open); empty: none"},
   };
   return table;
 }
@@ -129,6 +130,8 @@ void apply(Config& c, const std::string& key, const std::string& v) {
     c.nvme_data_pointer = v;
   } else if (key == "create") {
     c.create = flag_of(key, v);
+  } else if (key == "lookup_socket") {
+    c.lookup_socket = v;
   } else {
     fail(TUTTI_EINVAL, "unknown option '" + key + "'");
   }

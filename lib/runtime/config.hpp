@@ -40,6 +40,7 @@ struct Config {
   uint32_t nvme_controller = 0;
   std::string nvme_data_pointer;
   bool create = true;
+  std::string lookup_socket;  // "": no lookup service
 };
 
 struct OptionInfo {

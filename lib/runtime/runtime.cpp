@@ -17,9 +17,25 @@ Runtime::Runtime(Config cfg) : cfg_(std::move(cfg)) {
   TUTTI_EXPECT(!cfg_.pools.empty(), "no pool location given");
   opened_ = resolve_backend(cfg_.backend);  // fails at once for a backend this machine lacks
   backend_name_ = tutti::backend_name(opened_);
+  if (!cfg_.lookup_socket.empty()) {
+    // Served from open on, so that clients can connect before register_kv (they are told
+    // TUTTI_ESTATE until then). The runtime outlives the server: close() stops it first.
+    auto salt_of = [](std::span<const std::byte> s) { return s.empty() ? nullptr : s.data(); };
+    LookupServer::Handlers h;
+    h.lookup = [this, salt_of](std::span<const int32_t> tokens, std::span<const std::byte> salt) {
+      return lookup(tokens.data(), tokens.size(), salt_of(salt), salt.size());
+    };
+    h.lease = [this, salt_of](std::span<const int32_t> tokens, std::span<const std::byte> salt, uint32_t ttl_ms,
+                              size_t* hit) {
+      return lookup_lease(tokens.data(), tokens.size(), salt_of(salt), salt.size(), ttl_ms, hit);
+    };
+    h.release = [this](uint64_t id) { release_lease(id); };
+    lookup_server_ = std::make_unique<LookupServer>(cfg_.lookup_socket, std::move(h));
+  }
 }
 
 Runtime::~Runtime() {
+  lookup_server_.reset();
   scheduler_.reset();  // drains queued batches
   gpu_uring_.reset();  // waits for the GPU's layers in flight
   load_backend_.reset();
@@ -30,6 +46,7 @@ Runtime::~Runtime() {
 void Runtime::close() {
   std::lock_guard lock(mu_);
   closed_ = true;
+  lookup_server_.reset();  // its clients' next calls fail with TUTTI_EIO
   {
     // A batch leaves the set before it ends, so none is freed while cancelled here.
     std::lock_guard b(by_layer_mu_);
@@ -84,7 +101,8 @@ void Runtime::batch_ended() {
 }
 
 void Runtime::require_registered() const {
-  TUTTI_EXPECT_CODE(binding_ != nullptr, TUTTI_ESTATE, "no KV cache registered (call tutti_runtime_register_kv first)");
+  TUTTI_EXPECT_CODE(registered_.load(std::memory_order_acquire), TUTTI_ESTATE,
+                    "no KV cache registered (call tutti_runtime_register_kv first)");
 }
 
 void Runtime::register_kv(const tutti_kv_layout& layout) {
@@ -223,6 +241,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   device_ = std::move(device);
   scheduler_ = std::make_unique<Scheduler>(cfg_.lookahead, static_cast<int>(cfg_.store_nice));
   binding_ = std::move(binding);
+  registered_.store(true, std::memory_order_release);  // lookup service threads may look now
 }
 
 size_t Runtime::lookup(const int32_t* tokens, size_t n, const void* salt, size_t salt_len) {

@@ -20,6 +20,7 @@
 #include "datapath/gpu_uring.hpp"
 #include "datapath/layer_path.hpp"
 #include "index/index.hpp"
+#include "lookup/server.hpp"
 #include "kernels/device.hpp"
 #include "resolver/key.hpp"
 #include "pool/pool.hpp"
@@ -95,6 +96,7 @@ class Runtime {
   std::mutex by_layer_mu_;
   std::set<Batch*> by_layer_;
   std::atomic<bool> closed_{false};
+  std::atomic<bool> registered_{false};  // set last by register_kv
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<Index> index_;
   std::unique_ptr<KvBinding> binding_;
@@ -110,6 +112,7 @@ class Runtime {
   std::unique_ptr<GpuUring> gpu_uring_;
   std::unique_ptr<LayerPath> load_path_, store_path_;
   std::unique_ptr<Scheduler> scheduler_;  // last: stopped first
+  std::unique_ptr<LookupServer> lookup_server_;  // stopped before anything it asks goes
   uint64_t torn_records_ = 0;
   std::atomic<uint64_t> load_epoch_{0};  // numbers load batches for stream-ordered waits
   struct Lease {
