@@ -276,6 +276,83 @@ func (l *Lease) Release() {
 	}
 }
 
+// LookupClient is a connection to the lookup service of a runtime in another process (its
+// option lookup_socket): how an engine's scheduler asks what the workers' pools hold. A call
+// that finds the runtime closed or dead fails with EIO (count it as a miss); the next one
+// connects again. Safe for concurrent use (calls are taken in turn).
+type LookupClient struct {
+	h *C.tutti_lookup_client
+}
+
+// DialLookup connects to the runtime serving socketPath; timeoutMs bounds each call's wait
+// for an answer (0: none).
+func DialLookup(socketPath string, timeoutMs uint32) (*LookupClient, error) {
+	p := C.CString(socketPath)
+	defer C.free(unsafe.Pointer(p))
+	var h *C.tutti_lookup_client
+	if err := locked(func() C.int { return C.tutti_lookup_client_open(p, C.uint32_t(timeoutMs), &h) }); err != nil {
+		return nil, err
+	}
+	c := &LookupClient{h: h}
+	runtime.SetFinalizer(c, (*LookupClient).Close)
+	return c, nil
+}
+
+func (c *LookupClient) handle() (*C.tutti_lookup_client, error) {
+	if c == nil || c.h == nil {
+		return nil, &Error{Code: ESTATE, Message: "the lookup client is closed"}
+	}
+	return c.h, nil
+}
+
+// Lookup is Runtime.Lookup in the serving runtime.
+func (c *LookupClient) Lookup(tokens []int32, salt []byte) (int, error) {
+	h, err := c.handle()
+	if err != nil {
+		return 0, err
+	}
+	t, n := int32s(tokens)
+	s, sn := bytesOf(salt)
+	var hit C.size_t
+	err = locked(func() C.int { return C.tutti_lookup_client_query(h, t, n, s, sn, 0, &hit, nil) })
+	return int(hit), err
+}
+
+// LookupLease is Runtime.LookupLease in the serving runtime: the cached tokens and the lease's
+// id. The lease ends with Release, ttlMs (0: none), or this client's connection.
+func (c *LookupClient) LookupLease(tokens []int32, salt []byte, ttlMs uint32) (int, uint64, error) {
+	h, err := c.handle()
+	if err != nil {
+		return 0, 0, err
+	}
+	t, n := int32s(tokens)
+	s, sn := bytesOf(salt)
+	var hit C.size_t
+	var lease C.uint64_t
+	err = locked(func() C.int {
+		return C.tutti_lookup_client_query(h, t, n, s, sn, C.uint32_t(ttlMs), &hit, &lease)
+	})
+	return int(hit), uint64(lease), err
+}
+
+// Release ends a lease of this client (one that already ended: nothing).
+func (c *LookupClient) Release(lease uint64) error {
+	h, err := c.handle()
+	if err != nil {
+		return err
+	}
+	return locked(func() C.int { return C.tutti_lookup_client_release(h, C.uint64_t(lease)) })
+}
+
+// Close closes the connection, ending its leases; later calls do nothing.
+func (c *LookupClient) Close() {
+	if c.h != nil {
+		C.tutti_lookup_client_close(c.h)
+		c.h = nil
+		runtime.SetFinalizer(c, nil)
+	}
+}
+
 // Stats are the runtime's counters.
 type Stats struct {
 	Layers                                                       uint32

@@ -142,6 +142,52 @@ func TestLeasePinsWhatItFound(t *testing.T) {
 	lease.Release() // a second release does nothing
 }
 
+func TestLookupClient(t *testing.T) {
+	kv := newKV(t)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "lookup.sock")
+	rt, err := Open(map[string]string{"pool": filepath.Join(dir, "pool"), "capacity": "64M", "chunk_tokens": "64",
+		"staging": "8M", "lookup_socket": sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.RegisterKV(kv.layout()); err != nil {
+		t.Fatal(err)
+	}
+	tokens := make([]int32, 150)
+	for i := range tokens {
+		tokens[i] = int32(7000 + i)
+	}
+	table := []int32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
+	kv.fill(prompt{tokens: tokens, table: table}, 0, len(tokens))
+	run(t, rt, Store, Request{Tokens: tokens, BlockTable: table, TokenEnd: TokensAll})
+	c, err := DialLookup(sock, 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if hit, err := c.Lookup(tokens, nil); err != nil || hit != 128 {
+		t.Fatalf("remote lookup: %d tokens, %v", hit, err)
+	}
+	if hit, err := c.Lookup(tokens, []byte("other")); err != nil || hit != 0 {
+		t.Fatalf("remote lookup with another salt: %d tokens, %v", hit, err)
+	}
+	hit, lease, err := c.LookupLease(tokens, nil, 0)
+	if err != nil || hit != 128 || lease == 0 {
+		t.Fatalf("remote lease: %d tokens, id %d, %v", hit, lease, err)
+	}
+	if err := c.Release(lease); err != nil {
+		t.Fatal(err)
+	}
+	rt.Close() // the serving runtime goes: a miss, as EIO
+	if _, err := c.Lookup(tokens, nil); !errors.Is(err, EIO) {
+		t.Fatalf("lookup after the runtime closed: %v, want EIO", err)
+	}
+	if _, err := DialLookup(sock, 0); !errors.Is(err, EIO) {
+		t.Fatalf("dial after the runtime closed: %v, want EIO", err)
+	}
+}
+
 func TestSaltAndErrors(t *testing.T) {
 	kv := newKV(t)
 	rt := open(t, kv)

@@ -405,6 +405,69 @@ impl Drop for Lease {
     }
 }
 
+/// A connection to the lookup service of a runtime in another process (its option
+/// `lookup_socket`): how an engine's scheduler asks what the workers' pools hold. A call that
+/// finds the runtime closed or dead fails with `EIO` (count it as a miss); the next one
+/// connects again.
+pub struct LookupClient {
+    raw: NonNull<sys::tutti_lookup_client>,
+}
+
+// Safety: tutti takes a client's calls in turn (it locks internally).
+unsafe impl Send for LookupClient {}
+unsafe impl Sync for LookupClient {}
+
+impl LookupClient {
+    /// Connects to the runtime serving `socket_path`; `timeout_ms` bounds each call's wait
+    /// for an answer (0: none).
+    pub fn connect(socket_path: &str, timeout_ms: u32) -> Result<LookupClient> {
+        let path = cstring(socket_path)?;
+        let mut raw: *mut sys::tutti_lookup_client = ptr::null_mut();
+        // Safety: a valid C string and out-pointer.
+        check(unsafe { sys::tutti_lookup_client_open(path.as_ptr(), timeout_ms, &mut raw) })?;
+        let raw = NonNull::new(raw).ok_or_else(|| Error::new(EINVAL, "no client"))?;
+        Ok(LookupClient { raw })
+    }
+
+    /// `Runtime::lookup` in the serving runtime.
+    pub fn lookup(&self, tokens: &[i32], salt: Option<&[u8]>) -> Result<usize> {
+        let mut hit = 0usize;
+        let (s, sn) = salt.map_or((ptr::null(), 0), |s| (s.as_ptr() as *const c_void, s.len()));
+        // Safety: the slices are valid for the call; a NULL lease asks for no pin.
+        check(unsafe {
+            sys::tutti_lookup_client_query(
+                self.raw.as_ptr(), tokens.as_ptr(), tokens.len(), s, sn, 0, &mut hit, ptr::null_mut(),
+            )
+        })?;
+        Ok(hit)
+    }
+
+    /// `Runtime::lookup_lease` in the serving runtime: (cached tokens, lease id). The lease
+    /// ends with `release`, `ttl_ms` (0: none), or this client's connection.
+    pub fn lookup_lease(&self, tokens: &[i32], salt: Option<&[u8]>, ttl_ms: u32) -> Result<(usize, u64)> {
+        let (mut hit, mut lease) = (0usize, 0u64);
+        let (s, sn) = salt.map_or((ptr::null(), 0), |s| (s.as_ptr() as *const c_void, s.len()));
+        // Safety: the slices are valid for the call; valid out-pointers.
+        check(unsafe {
+            sys::tutti_lookup_client_query(self.raw.as_ptr(), tokens.as_ptr(), tokens.len(), s, sn, ttl_ms, &mut hit, &mut lease)
+        })?;
+        Ok((hit, lease))
+    }
+
+    /// Ends a lease of this client (one that already ended: nothing).
+    pub fn release(&self, lease: u64) -> Result<()> {
+        // Safety: a live client.
+        check(unsafe { sys::tutti_lookup_client_release(self.raw.as_ptr(), lease) })
+    }
+}
+
+impl Drop for LookupClient {
+    fn drop(&mut self) {
+        // Safety: owned, closed once.
+        unsafe { sys::tutti_lookup_client_close(self.raw.as_ptr()) };
+    }
+}
+
 impl Drop for Batch<'_> {
     fn drop(&mut self) {
         // Safety: owned, destroyed once; it waits for in-flight work before freeing.

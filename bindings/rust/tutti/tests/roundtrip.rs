@@ -4,7 +4,7 @@
 mod fixture;
 
 use fixture::{open, temp_dir, Kv, Prompt, BLOCKS, LAYERS, POISON};
-use tutti::{Op, Request, Runtime};
+use tutti::{LookupClient, Op, Request, Runtime};
 
 fn run(rt: &Runtime, op: Op, reqs: &[Request]) -> tutti::Result<Vec<tutti::RequestResult>> {
     let mut b = rt.batch(op)?;
@@ -103,6 +103,32 @@ fn a_lease_pins_what_it_found() {
     assert_eq!(rt.lookup_lease(&tokens[..10], None, 5).unwrap().tokens, 0);
     drop(rt); // a lease may outlive its runtime
     drop(lease);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_client_looks_up_in_another_runtime() {
+    let dir = temp_dir("lookup-client");
+    let mut kv = Kv::new();
+    let sock = dir.join("lookup.sock");
+    let (pool, sock) = (dir.join("pool"), sock.to_str().unwrap().to_string());
+    let rt = Runtime::open(&[("pool", pool.to_str().unwrap()), ("capacity", "64M"), ("chunk_tokens", "64"),
+                             ("staging", "8M"), ("lookup_socket", &sock)]).unwrap();
+    // Safety: kv outlives rt.
+    unsafe { rt.register_kv(&kv.layout()) }.unwrap();
+    let tokens: Vec<i32> = (7000..7150).collect();
+    let table: Vec<i32> = (0..10).collect();
+    kv.fill(&Prompt { tokens: &tokens, table: &table, seed: 0 }, 0, tokens.len());
+    run(&rt, Op::Store, &[Request::new(&tokens, &table)]).unwrap();
+    let client = LookupClient::connect(&sock, 5000).unwrap();
+    assert_eq!(client.lookup(&tokens, None).unwrap(), 128);
+    assert_eq!(client.lookup(&tokens, Some(b"other")).unwrap(), 0);
+    let (hit, lease) = client.lookup_lease(&tokens, None, 0).unwrap();
+    assert_eq!(hit, 128);
+    client.release(lease).unwrap();
+    drop(rt); // the serving runtime goes: a miss, as EIO
+    assert_eq!(client.lookup(&tokens, None).unwrap_err().code, tutti::EIO);
+    assert_eq!(LookupClient::connect(&sock, 0).err().unwrap().code, tutti::EIO);
     std::fs::remove_dir_all(dir).unwrap();
 }
 
