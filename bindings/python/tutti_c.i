@@ -92,6 +92,10 @@ static PyObject* tutti_py_append(PyObject* result, PyObject* o) {
 %thread tutti_batch_wait_layer_async;  /* blocks until the layer is queued or lands (stream_wait=host) */
 %thread tutti_batch_wait;
 %thread tutti_batch_destroy;
+%thread tutti_lookup_client_open;     /* socket I/O with another process, up to its timeout */
+%thread tutti_lookup_client_query;
+%thread tutti_lookup_client_release;
+%thread tutti_lookup_client_close;
 
 /* Handles come back through out-parameters: (rc, handle). */
 %define TUTTI_OUT_HANDLE(TYPE)
@@ -102,6 +106,7 @@ TUTTI_OUT_HANDLE(tutti_options)
 TUTTI_OUT_HANDLE(tutti_runtime)
 TUTTI_OUT_HANDLE(tutti_batch)
 TUTTI_OUT_HANDLE(tutti_lease)
+TUTTI_OUT_HANDLE(tutti_lookup_client)
 
 /* Token ids: any buffer of int32 (or tensor), no copy. */
 %typemap(in) (const int32_t* tokens, size_t num_tokens) {
@@ -125,6 +130,13 @@ TUTTI_OUT_HANDLE(tutti_lease)
 %typemap(in, numinputs=0) int* done (int tmp = 0) { $1 = &tmp; }
 %typemap(argout) int* done { $result = tutti_py_append($result, PyBool_FromLong(*$1)); }
 %typemap(argout) size_t* cached_tokens { $result = tutti_py_append($result, PyLong_FromSize_t(*$1)); }
+/* tutti_lookup_client_query's lease: Python passes whether to pin, and gets the id back (0: none). */
+%typemap(in) uint64_t* lease (uint64_t tmp = 0) {
+  int pin = PyObject_IsTrue($input);
+  if (pin < 0) SWIG_fail;
+  $1 = pin ? &tmp : NULL;
+}
+%typemap(argout) uint64_t* lease { $result = tutti_py_append($result, PyLong_FromUnsignedLongLong(tmp$argnum)); }
 
 /* Results and statistics come back as new objects. */
 %typemap(in, numinputs=0) tutti_result* out (tutti_result tmp) { memset(&tmp, 0, sizeof tmp); $1 = &tmp; }

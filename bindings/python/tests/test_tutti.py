@@ -117,6 +117,62 @@ def test_a_lease_keeps_a_prefix_from_eviction(tmp_path):
     rt.close()
 
 
+OWNER = """
+import sys
+import numpy as np
+import fixture, tutti
+from fixture import BLOCKS, BT, DIM, ELEM, HEADS, LAYERS
+pool, sock = sys.argv[1:3]
+kv = fixture.make_kv()
+rt = tutti.Runtime(pool=pool, capacity="64M", chunk_tokens=64, staging="8M", lookup_socket=sock)
+rt.register_kv(tutti.KvLayout.paged(LAYERS, BLOCKS, BT, HEADS, DIM, ELEM, k=kv))
+tokens, table = np.arange(3000, 3150, dtype=np.int32), np.arange(10, dtype=np.int32)
+fixture.fill(kv, tokens, table)
+with rt.batch("store") as b:
+    b.add(tokens, table)
+    b.submit()
+    b.wait()
+print("ready", flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+def test_a_client_asks_a_runtime_in_another_process(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    sock = str(tmp_path / "lookup.sock")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path / "pool"), sock], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, env=env, text=True)
+    try:
+        assert owner.stdout.readline().strip() == "ready"
+        tokens = np.arange(3000, 3150, dtype=np.int32)
+        with tutti.LookupClient(sock, timeout_ms=5000) as client:
+            assert client.lookup(tokens) == 128
+            assert client.lookup(tokens, salt=b"x") == 0
+            hit, lease = client.lookup_lease(tokens, ttl_ms=0)
+            assert hit == 128 and lease > 0
+            client.release(lease)
+            hit, lease = client.lookup_lease(tokens)
+            owner.send_signal(signal.SIGKILL)
+            owner.wait()
+            with pytest.raises(tutti.Error) as e:
+                client.lookup(tokens)
+            assert e.value.code == tutti_c.TUTTI_EIO  # a dead owner: a miss
+            client.release(lease)  # it ended with the connection: nothing
+        with pytest.raises(tutti.Error) as e:
+            client.lookup(tokens)
+        assert e.value.code == tutti_c.TUTTI_ESTATE  # closed
+        with pytest.raises(tutti.Error) as e:
+            tutti.LookupClient(sock)
+        assert e.value.code == tutti_c.TUTTI_EIO
+    finally:
+        owner.kill()
+        owner.wait()
+
+
 def test_buffers_of_any_kind_and_salts(tmp_path):
     kv = make_kv()
     tokens = array.array("i", range(128))

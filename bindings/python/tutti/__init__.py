@@ -21,7 +21,8 @@ from typing import Any, Optional, Sequence, Tuple
 
 from . import tutti_c as _c
 
-__all__ = ["Error", "Runtime", "KvLayout", "Batch", "Request", "Result", "version", "MEMORY_HOST", "MEMORY_CUDA"]
+__all__ = ["Error", "Runtime", "KvLayout", "Batch", "Request", "Result", "LookupClient", "version", "MEMORY_HOST",
+           "MEMORY_CUDA"]
 
 MEMORY_HOST = _c.TUTTI_MEMORY_HOST
 MEMORY_CUDA = _c.TUTTI_MEMORY_CUDA
@@ -269,6 +270,39 @@ class Lease(_Handle):
 
     def _destroy(self, raw) -> None:
         _c.tutti_lease_release(raw)
+
+
+class LookupClient(_Handle):
+    """A connection to the lookup service of a runtime in another process (opened with
+    lookup_socket=PATH): how an engine's scheduler asks what the workers' pools hold. A call
+    that finds that runtime closed or dead raises Error with code TUTTI_EIO (count it as a
+    miss); the next call connects again. `timeout_ms` bounds each call's wait (0: none).
+    Calls release the GIL and may come from several threads (they are taken in turn)."""
+
+    _what = "lookup client"
+
+    def __init__(self, socket_path: str, timeout_ms: int = 10000):
+        super().__init__()
+        self.socket_path = socket_path
+        self._raw = _split(_c.tutti_lookup_client_open(str(socket_path), timeout_ms))
+
+    def lookup(self, tokens, salt: Optional[bytes] = None) -> int:
+        """Runtime.lookup in the serving runtime."""
+        hit, _ = _split(_c.tutti_lookup_client_query(self._handle(), tokens, salt, 0, False))
+        return hit
+
+    def lookup_lease(self, tokens, salt: Optional[bytes] = None, ttl_ms: int = 0) -> Tuple[int, int]:
+        """Runtime.lookup_lease in the serving runtime: (cached tokens, lease id). The lease ends
+        with release(id), ttl_ms (0: none), or this client's connection."""
+        hit, lease = _split(_c.tutti_lookup_client_query(self._handle(), tokens, salt, ttl_ms, True))
+        return hit, lease
+
+    def release(self, lease: int) -> None:
+        """Ends a lease of this client (one that already ended: nothing)."""
+        _check(_c.tutti_lookup_client_release(self._handle(), lease))
+
+    def _destroy(self, raw) -> None:
+        _c.tutti_lookup_client_close(raw)
 
 
 class Runtime(_Handle):
