@@ -5,6 +5,7 @@ prefill, preemption, aborts, async loads and damaged pools, and every KV positio
 attention reads is checked."""
 import random
 import struct
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,7 +15,8 @@ import tutti  # noqa: E402
 from tutti.vllm import TuttiConnector  # noqa: E402
 from tutti.vllm.connector import _Load, _settings  # noqa: E402
 from tutti.vllm.layout import kv_views, layer_index, split_kv  # noqa: E402
-from vllm_replay import LAYOUTS, Engine, Request, WrongKV, allocate, vllm_config  # noqa: E402
+from vllm_replay import (LAYOUTS, Engine, KVCacheBlocks, Request, WrongKV, allocate, chain,  # noqa: E402
+                         expected_kv, vllm_config)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -300,3 +302,84 @@ def test_ranks_need_a_pool_each():
     options, _ = _settings(config, rank=1, world=2)
     assert options["pool"] == "/tmp/kv1.pool" and options["namespace"].endswith("rank1/2")
     assert options["chunk_tokens"] == 16
+    assert "lookup_socket" not in options  # data parallelism: each engine looks up in-process
+    config.parallel_config = SimpleNamespace(tensor_parallel_size=2, pipeline_parallel_size=1)
+    assert _settings(config, rank=1, world=2)[0]["lookup_socket"] == "/tmp/kv1.pool.sock"
+    config.kv_transfer_config.kv_connector_extra_config["lookup_socket"] = "/run/tutti/lookup.sock"
+    with pytest.raises(ValueError, match="rank"):
+        _settings(config, rank=1, world=2)
+    config.kv_transfer_config.kv_connector_extra_config["lookup_socket"] = "/run/tutti/lookup{rank}.sock"
+    assert _settings(config, rank=1, world=2)[0]["lookup_socket"] == "/run/tutti/lookup1.sock"
+
+
+def test_tensor_parallel_ranks_are_asked_through_their_sockets(tmp_path, monkeypatch):
+    """Two ranks of one engine, each with its pool and its shard of the KV: the scheduler asks
+    both through their lookup sockets, takes the smaller hit, and each rank loads its own
+    bytes. A rank that went away makes the lookup a miss, not an error."""
+    from tutti.vllm import connector as conn
+    bs, layers, heads, dim, blocks = 4, 3, 2, 8, 64
+    config = vllm_config(bs, {"pool": str(tmp_path / "kv{rank}.pool"), "capacity": "16M"}, dim)
+    config.parallel_config = SimpleNamespace(tensor_parallel_size=2, pipeline_parallel_size=1,
+                                             data_parallel_rank=0, data_parallel_size=1)
+    cache_config = SimpleNamespace(num_blocks=blocks)
+    tokens = list(range(100, 137))  # 9 blocks and a token
+    h = torch.tensor(chain(tokens), dtype=torch.long)
+    pos = torch.arange(len(tokens))
+
+    def shard(rank, layer, side, n):  # rank r's heads hold other values than rank 0's
+        return expected_kv(h[:n], layer, side, heads, dim) + 1021 * rank
+
+    workers, views = [], []
+    stored = {0: 36, 1: 24}  # rank 1 holds fewer chunks
+    for rank in range(2):
+        monkeypatch.setattr(conn, "_parallel_rank", lambda cfg, worker, r=rank: (r if worker else 0, 2))
+        w = TuttiConnector(config, conn.KVConnectorRole.WORKER, cache_config)
+        caches, v = allocate("2BNHD", layers, blocks, bs, heads, dim, "cpu")
+        w.register_kv_caches(caches)
+        assert w._rt is not None
+        table = list(range(1, 11))
+        blk, off = torch.tensor(table)[pos // bs], pos % bs
+        for layer in range(layers):
+            for side in range(2):
+                v[layer][side][blk, off] = shard(rank, layer, side, len(tokens))
+        with w._rt.batch("store") as b:
+            b.add(conn._ints(tokens[:stored[rank]]), conn._ints(table))
+            b.submit()
+            b.wait()
+        for layer in range(layers):
+            for side in range(2):
+                v[layer][side].zero_()
+        workers.append(w)
+        views.append(v)
+    assert (tmp_path / "kv0.pool.sock").exists() and (tmp_path / "kv1.pool.sock").exists()
+
+    monkeypatch.setattr(conn, "_parallel_rank", lambda cfg, worker: (0, 2))
+    sched = TuttiConnector(config, conn.KVConnectorRole.SCHEDULER, cache_config)
+    req = Request("r", tokens)
+    assert sched.get_num_new_matched_tokens(req, 0) == (24, False)  # min(36, 24)
+    new_blocks = list(range(20, 30))
+    sched.update_state_after_alloc(req, KVCacheBlocks(new_blocks), 24)
+    so = SimpleNamespace(finished_req_ids=set(), scheduled_new_reqs=[], num_scheduled_tokens={},
+                         scheduled_cached_reqs=SimpleNamespace(req_ids=[], new_block_ids=[], num_computed_tokens=[],
+                                                               resumed_req_ids=set()))
+    md = sched.build_connector_meta(so)
+    for rank, w in enumerate(workers):
+        w.bind_connector_metadata(md)
+        w.start_load_kv(SimpleNamespace(attn_metadata={}))
+        for layer in range(layers):
+            w.wait_for_layer_load(f"model.layers.{layer}.self_attn.attn")
+        w.wait_for_save()
+        assert not w.get_block_ids_with_load_errors()
+        w.clear_connector_metadata()
+        blk, off = torch.tensor(new_blocks)[pos // bs], pos % bs
+        for layer in range(layers):
+            for side in range(2):
+                got = views[rank][layer][side][blk, off]
+                assert torch.equal(got[:24], shard(rank, layer, side, 24)), f"rank {rank} layer {layer}"
+                assert not got[24:].any()  # not asked for
+    sched.request_finished(req, new_blocks)
+
+    workers[1].shutdown()  # rank 1 goes away: its socket with it
+    assert sched.get_num_new_matched_tokens(Request("r2", tokens), 0) == (0, False)
+    sched.shutdown()
+    workers[0].shutdown()

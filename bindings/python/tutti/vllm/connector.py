@@ -27,8 +27,11 @@ chunk short: vLLM must compute at least the last token.
 
 The scheduler's lookups reach the worker's runtime in the same process (vLLM with one GPU
 runs both in its engine core; so does each engine of data parallelism). With tensor or
-pipeline parallelism the workers are other processes: each rank needs its own pool ("{rank}" in the pool path), and the scheduler cannot
-look them up yet, so tutti then stores but never loads (a warning says so).
+pipeline parallelism the workers are other processes: each rank has its own pool ("{rank}" in
+the pool path) and answers lookups on a Unix socket (tutti's lookup_socket option; default: the
+pool's path plus ".sock"). The scheduler asks every rank of its engine and takes the smallest
+hit, pinned on each rank until the request ends; a rank that does not answer (not up yet, or
+gone) makes the lookup a miss.
 
 Saves are synchronous (wait_for_save waits for the commit), so request_finished never holds
 blocks. Loads are synchronous and layer by layer by default; kv_connector_extra_config
@@ -66,7 +69,7 @@ log = logging.getLogger("tutti.vllm")
 
 # kv_connector_extra_config keys the connector reads itself; every other key is a tutti option
 # (tutti.h: pool, capacity, backend, chunk_tokens, ...).
-CONNECTOR_KEYS = {"load_async": False, "lease_ttl_ms": 600_000}
+CONNECTOR_KEYS = {"load_async": False, "lease_ttl_ms": 600_000, "lookup_timeout_ms": 5_000}
 
 
 @dataclass
@@ -144,6 +147,16 @@ def _settings(vllm_config: Any, rank: int = 0, world: int = 1) -> Tuple[dict, di
         raise ValueError(f"tutti: {world} ranks cannot share the pool {pool!r}; put {{rank}} in its path "
                          "(kv_connector_extra_config pool) to give each rank its own")
     options["pool"] = pool
+    sock = options.get("lookup_socket")
+    if sock is not None:
+        sock = str(sock)
+        if "{rank}" in sock:
+            sock = sock.replace("{rank}", str(rank))
+        elif world > 1:
+            raise ValueError(f"tutti: {world} ranks cannot share the lookup socket {sock!r}; put {{rank}} in it")
+        options["lookup_socket"] = sock
+    elif _ranks_per_engine(vllm_config) > 1:  # the scheduler is another process: it asks here
+        options["lookup_socket"] = pool.split(",")[0] + ".sock"
     if "namespace" not in options:  # chunk keys of another model, dtype or shard never match
         m = vllm_config.model_config
         options["namespace"] = (f"vllm:{getattr(m, 'model', '')}@{getattr(m, 'revision', None) or ''}:"
@@ -191,11 +204,65 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+class _RemoteLease:
+    """A hit pinned on every rank of a tensor/pipeline-parallel engine: the smallest of theirs."""
+
+    def __init__(self):
+        self.tokens = 0
+        self.held: List[Tuple[tutti.LookupClient, int]] = []
+
+    def close(self) -> None:
+        for client, lease in self.held:
+            try:
+                client.release(lease)
+            except tutti.Error:
+                pass  # the rank went away, and its leases with it
+        self.held = []
+
+
+class _Ranks:
+    """The workers of one engine, asked through their lookup sockets. Each rank stores and
+    loads its own shard, so a chunk is a hit only where every rank holds it."""
+
+    def __init__(self, sockets: List[str], timeout_ms: int):
+        self.sockets, self.timeout_ms = sockets, timeout_ms
+        self._clients: Dict[str, tutti.LookupClient] = {}
+        self._warned = False
+
+    def lookup_lease(self, tokens: Any, salt: bytes, ttl_ms: int) -> _RemoteLease:
+        lease = _RemoteLease()
+        hit: Optional[int] = None
+        for path in self.sockets:
+            try:
+                client = self._clients.get(path)
+                if client is None:
+                    client = self._clients[path] = tutti.LookupClient(path, self.timeout_ms)
+                n, lid = client.lookup_lease(tokens, salt, ttl_ms)
+            except tutti.Error as e:
+                if not self._warned:
+                    self._warned = True
+                    log.warning("tutti: rank at %s cannot be asked (%s): its lookups count as misses until it "
+                                "answers", path, e)
+                lease.close()
+                return _RemoteLease()
+            lease.held.append((client, lid))
+            hit = n if hit is None else min(hit, n)
+            if hit == 0:
+                break
+        lease.tokens = hit or 0
+        return lease
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients = {}
+
+
 @dataclass
 class _Query:
     """A scheduler lookup: the lease that pins the hit, and how it was split."""
     num_tokens: int
-    lease: tutti.Lease
+    lease: Any  # tutti.Lease, or a _RemoteLease
     salt: bytes
     since: float  # a lease older than half its time-to-live is taken again
     local: int = 0
@@ -259,6 +326,12 @@ class TuttiConnector(KVConnectorBase_V1):
             self._poison: Dict[str, int] = {}  # a request's KV past here was computed over a failed block
             self._acked = 0  # worker reports of failed blocks seen
             self._warned_alone = False
+            self._ranks: Optional[_Ranks] = None  # tensor/pipeline parallelism: the workers' sockets
+            ranks = _engine_ranks(vllm_config)
+            if len(ranks) > 1:
+                world = _parallel_rank(vllm_config, worker=False)[1]
+                self._ranks = _Ranks([_settings(vllm_config, r, world)[0]["lookup_socket"] for r in ranks],
+                                     int(self._settings["lookup_timeout_ms"]))
         else:
             self._rt: Optional[tutti.Runtime] = None
             self._key: Optional[str] = None
@@ -301,9 +374,12 @@ class TuttiConnector(KVConnectorBase_V1):
         if shared is None and not self._warned_alone:
             self._warned_alone = True
             log.warning("tutti: no worker in this process opened the pool %s, so the scheduler cannot look "
-                        "prompts up and tutti will not load (tensor/pipeline parallel runs are not supported "
-                        "for loads yet); saves go on", self._options["pool"])
+                        "prompts up and tutti will not load; saves go on", self._options["pool"])
         return shared
+
+    def _chunk_tokens(self) -> int:
+        shared = self._shared() if self._ranks is None else None
+        return shared.chunk_tokens if shared is not None else int(self._options["chunk_tokens"])
 
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> Tuple[Optional[int], bool]:
         """Tokens tutti can load past vLLM's own hit of `num_computed_tokens`: whole chunks,
@@ -312,17 +388,19 @@ class TuttiConnector(KVConnectorBase_V1):
         if (not self._loads_on or getattr(request, "prompt_token_ids", None) is None or _has_media(request)
                 or getattr(request, "skip_reading_prefix_cache", False)):
             return 0, False  # media: their KV depends on more than the token ids
-        shared = self._shared()
-        if shared is None:
+        shared = self._shared() if self._ranks is None else None
+        if shared is None and self._ranks is None:
             return 0, False
-        rid, n, chunk = request.request_id, request.num_tokens, shared.chunk_tokens
+        rid, n, chunk = request.request_id, request.num_tokens, self._chunk_tokens()
         q = self._queries.get(rid)
         ttl = int(self._settings["lease_ttl_ms"])
         if q is None or q.num_tokens != n or (ttl and time.monotonic() - q.since > ttl / 2000):
             if q is not None:
                 q.lease.close()
             salt = _salt(request)
-            lease = shared.rt.lookup_lease(_ints(request.all_token_ids), salt, ttl_ms=ttl)
+            tokens = _ints(request.all_token_ids)
+            lease = (shared.rt.lookup_lease(tokens, salt, ttl_ms=ttl) if shared is not None
+                     else self._ranks.lookup_lease(tokens, salt, ttl))
             q = self._queries[rid] = _Query(n, lease, salt, time.monotonic())
             self._count("lookups")
             self._count("lookup_hit_tokens", lease.tokens)
@@ -356,8 +434,7 @@ class TuttiConnector(KVConnectorBase_V1):
             self._forget(rid)
         if not self._saves_on:
             return md
-        shared = self._shared()
-        chunk = shared.chunk_tokens if shared else int(self._options["chunk_tokens"])
+        chunk = self._chunk_tokens()
         scheduled = scheduler_output.num_scheduled_tokens
         for new in scheduler_output.scheduled_new_reqs:
             rid, prompt = new.req_id, list(new.prompt_token_ids or [])
@@ -670,6 +747,8 @@ class TuttiConnector(KVConnectorBase_V1):
         if self.role == KVConnectorRole.SCHEDULER:
             for rid in list(self._queries):
                 self._forget(rid)
+            if self._ranks is not None:
+                self._ranks.close()
             return
         for save in self._saves:
             save.batch.close()
@@ -685,6 +764,17 @@ class TuttiConnector(KVConnectorBase_V1):
                     del _runtimes[self._key]
             self._rt.close()
             self._rt = None
+
+
+def _ranks_per_engine(vllm_config: Any) -> int:
+    pc = getattr(vllm_config, "parallel_config", None)
+    return (getattr(pc, "tensor_parallel_size", 1) or 1) * (getattr(pc, "pipeline_parallel_size", 1) or 1)
+
+
+def _engine_ranks(vllm_config: Any) -> List[int]:
+    """The ranks of the workers of the scheduler's engine (its data-parallel rank's)."""
+    first = _parallel_rank(vllm_config, worker=False)[0]
+    return list(range(first, first + _ranks_per_engine(vllm_config)))
 
 
 def _parallel_rank(vllm_config: Any, worker: bool) -> Tuple[int, int]:
