@@ -96,6 +96,23 @@ typedef enum tutti_error {
   TUTTI_EBUSY = -12
 } tutti_error;
 
+/* ---- Log ---------------------------------------------------------------------------------
+ * Events no call returns (chunks discarded for a failed checksum, torn commit records found at
+ * register_kv, a lookup client hung up on, the backend chosen) go to one process-wide
+ * callback, for messages up to `level` (TUTTI_LOG_ERROR .. TUTTI_LOG_DEBUG). Quiet by default:
+ * without a callback, the variable TUTTI_LOG=error|warn|info|debug (or TUTTI_DEBUG) prints them
+ * to stderr. The callback runs on any of tutti's threads, possibly several at once, and must
+ * not block for long; a call already under way when it is replaced (fn NULL: none) may still
+ * reach the old one. The message lives for the call. Since 0.5.0. */
+enum {
+  TUTTI_LOG_ERROR = 0,
+  TUTTI_LOG_WARN = 1,
+  TUTTI_LOG_INFO = 2,
+  TUTTI_LOG_DEBUG = 3
+};
+typedef void (*tutti_log_fn)(int level, const char* message, void* user);
+TUTTI_API void tutti_set_log_callback(tutti_log_fn fn, void* user, int level);
+
 /* A static, human-readable name for a code. Never NULL. */
 TUTTI_API const char* tutti_strerror(int code);
 /* The message of the last failed call on this thread ("" if none). Valid until the next call.

@@ -6,11 +6,15 @@ package tutti
 import (
 	"bytes"
 	"errors"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func run(t *testing.T, rt *Runtime, op Op, reqs ...Request) *Batch {
@@ -179,6 +183,39 @@ func TestLookupClient(t *testing.T) {
 	if err := c.Release(lease); err != nil {
 		t.Fatal(err)
 	}
+	// A stranger's bytes: an error, a hang-up, and a warning in the log.
+	var mu sync.Mutex
+	var warnings []string
+	SetLogger(LogWarn, func(level int, msg string) {
+		mu.Lock()
+		defer mu.Unlock()
+		warnings = append(warnings, msg)
+	})
+	raw, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw.Write(bytes.Repeat([]byte{0xa5}, 64))
+	reply, _ := io.ReadAll(raw) // EOF, or a reset for the bytes it left unread
+	raw.Close()
+	if len(reply) < 24 {
+		t.Fatalf("%d bytes before the hang-up, want a reply", len(reply))
+	}
+	for i := 0; i < 500; i++ {
+		mu.Lock()
+		n := len(warnings)
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	SetLogger(0, nil)
+	mu.Lock()
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "hung up") {
+		t.Fatalf("warnings logged: %q", warnings)
+	}
+	mu.Unlock()
 	rt.Close() // the serving runtime goes: a miss, as EIO
 	if _, err := c.Lookup(tokens, nil); !errors.Is(err, EIO) {
 		t.Fatalf("lookup after the runtime closed: %v, want EIO", err)

@@ -229,6 +229,39 @@ TUTTI_OUT_HANDLE(tutti_lookup_client)
 }
 %typemap(freearg) (const tutti_request* reqs, size_t n) { free($1); }
 
+/* The log callback: a Python callable (level, message), or None. tutti calls it from its own
+ * threads; it runs with the GIL held. */
+%{
+static PyObject* tutti_py_log_target = NULL;
+
+static void tutti_py_log(int level, const char* message, void* user) {
+  (void)user;
+  if (!Py_IsInitialized()) return;  /* a thread of tutti's still logging at exit */
+  PyGILState_STATE g = PyGILState_Ensure();
+  PyObject* target = tutti_py_log_target;
+  if (target) {
+    Py_INCREF(target);  /* it may be replaced while it runs */
+    PyObject* r = PyObject_CallFunction(target, "is", level, message);
+    if (!r) PyErr_WriteUnraisable(target);
+    Py_XDECREF(r);
+    Py_DECREF(target);
+  }
+  PyGILState_Release(g);
+}
+%}
+%typemap(in) (tutti_log_fn fn, void* user) {
+  if ($input != Py_None && !PyCallable_Check($input)) {
+    PyErr_SetString(PyExc_TypeError, "the log callback must be a callable (level, message) or None");
+    SWIG_fail;
+  }
+  PyObject* old = tutti_py_log_target;
+  tutti_py_log_target = $input == Py_None ? NULL : $input;
+  Py_XINCREF(tutti_py_log_target);
+  Py_XDECREF(old);
+  $1 = $input == Py_None ? NULL : tutti_py_log;
+  $2 = NULL;
+}
+
 /* tutti_kv_layout's base-address arrays are set from Python with kv_layout_set_bases. */
 %ignore tutti_kv_layout::k_base;
 %ignore tutti_kv_layout::v_base;

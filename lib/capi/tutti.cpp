@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 #include "runtime/config.hpp"
 #include "lookup/client.hpp"
 #include "runtime/runtime.hpp"
@@ -71,6 +72,8 @@ const char* tutti_version_string(void) {
 #define TUTTI_STR(x) TUTTI_STR2(x)
   return TUTTI_STR(TUTTI_VERSION_MAJOR) "." TUTTI_STR(TUTTI_VERSION_MINOR) "." TUTTI_STR(TUTTI_VERSION_PATCH);
 }
+
+void tutti_set_log_callback(tutti_log_fn fn, void* user, int level) { tutti::set_log_callback(fn, user, level); }
 
 const char* tutti_strerror(int code) {
   switch (code) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 #include "common/thread_name.hpp"
 #include "lookup/io.hpp"
 #include "lookup/protocol.hpp"
@@ -49,6 +50,7 @@ LookupServer::LookupServer(std::string path, Handlers handlers)
   dev_ = st.st_dev, ino_ = st.st_ino;
   wake_read_ = Fd(pipefd[0]), wake_write_ = Fd(pipefd[1]);
   acceptor_ = std::thread([this] { accept_loop(); });
+  log(TUTTI_LOG_INFO, "answering lookups at " + path_);
 }
 
 LookupServer::~LookupServer() {
@@ -170,6 +172,7 @@ void LookupServer::serve(Connection& c) {
       rp.status = TUTTI_EINTERNAL;
       message = e.what();
     }
+    if (hang_up) log(TUTTI_LOG_WARN, "lookup socket " + path_ + ": hung up on a client: " + message);
     if (message.size() > lookup::kMaxMessage) message.resize(lookup::kMaxMessage);
     rp.message_len = static_cast<uint32_t>(message.size());
     if (lookup::write_full(fd, &rp, sizeof rp) != 0 || lookup::write_full(fd, message.data(), message.size()) != 0 ||

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 #include "runtime/runtime.hpp"
 
 namespace tutti {
@@ -321,16 +322,24 @@ void Batch::commit() {
 
 void Batch::finish() {
   auto& c = rt_->counters();
+  size_t discarded = 0, failed = 0;
   for (size_t i = 0; i < chunks_.size(); ++i) {
     const int e = chunks_[i].error.load();
+    failed += e != 0;
     if (is_load() && e == TUTTI_ECORRUPT)
-      rt_->index().discard(chunks_[i].slot);  // damaged on the device: never found again
+      rt_->index().discard(chunks_[i].slot), ++discarded;  // damaged on the device: never found again
     else if (is_load())
       rt_->index().unpin(chunks_[i].slot);
     if (e) reqs_[owners_[i].req].status[owners_[i].chunk] = e;
   }
   for (uint64_t slot : held_) rt_->index().unpin(slot);
   held_.clear();
+  if (discarded)
+    log(TUTTI_LOG_WARN, std::to_string(discarded) + " chunk(s) failed their checksum and were discarded (" +
+                            first_error() + ")");
+  else if (failed && log_enabled(TUTTI_LOG_INFO))
+    log(TUTTI_LOG_INFO, std::string(is_load() ? "a load" : "a store") + ": " + std::to_string(failed) + " of " +
+                            std::to_string(chunks_.size()) + " chunk(s) failed (" + first_error() + ")");
   if (by_layer() && !chunks_.empty()) rt_->by_layer_ended(this);
   rt_->batch_ended();  // the last use of the runtime's I/O side: close() may go on
   for (Request& q : reqs_) {

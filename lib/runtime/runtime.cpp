@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 #include "datapath/cufile.hpp"
 #include "datapath/dram_tier.hpp"
 #include "nvme/nvme_backend.hpp"
@@ -234,10 +235,14 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   gpu_uring_ = std::move(gu);
   tier_ = std::move(tier);
   backend_name_ = tutti::backend_name(b);
-  if (debug_enabled())
-    std::fprintf(stderr, "tutti: backend %s%s%s, loads %s, stores %s, direct I/O %s\n", tutti::backend_name(b),
-                 plan.why.empty() ? "" : " (", plan.why.empty() ? "" : (plan.why + ")").c_str(), load_path_->name(),
-                 store_path_->name(), plan.direct ? "on" : "off");
+  if (log_enabled(TUTTI_LOG_INFO))
+    log(TUTTI_LOG_INFO, std::string("backend ") + tutti::backend_name(b) + (plan.why.empty() ? "" : " (" + plan.why + ")") +
+                            ", loads " + load_path_->name() + ", stores " + store_path_->name() + ", direct I/O " +
+                            (plan.direct ? "on" : "off"));
+  if (torn_records_)
+    log(TUTTI_LOG_WARN, std::to_string(torn_records_) + " commit record(s) of the pool are torn or damaged: their "
+                                                         "chunks were dropped (an interrupted store, or a damaged "
+                                                         "device; tutti fsck tells more)");
   device_ = std::move(device);
   scheduler_ = std::make_unique<Scheduler>(cfg_.lookahead, static_cast<int>(cfg_.store_nice));
   binding_ = std::move(binding);

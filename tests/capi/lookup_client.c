@@ -5,6 +5,7 @@
  * finds a runtime restarted at the same path. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,6 +250,30 @@ static void test_the_owner_dies_and_comes_back(void** state) {
 
 /* ---- Refusals ----------------------------------------------------------------------------- */
 
+/* What the log callback received: warnings, counted, the last one kept. */
+static struct {
+  pthread_mutex_t mu;
+  int warnings;
+  char last[512];
+} logged = {PTHREAD_MUTEX_INITIALIZER, 0, ""};
+
+static void on_log(int level, const char* message, void* user) {
+  (void)user;
+  if (level != TUTTI_LOG_WARN) return;
+  pthread_mutex_lock(&logged.mu);
+  logged.warnings++;
+  snprintf(logged.last, sizeof logged.last, "%s", message);
+  pthread_mutex_unlock(&logged.mu);
+}
+
+static int warnings_logged(char* last, size_t cap) {
+  pthread_mutex_lock(&logged.mu);
+  int n = logged.warnings;
+  snprintf(last, cap, "%s", logged.last);
+  pthread_mutex_unlock(&logged.mu);
+  return n;
+}
+
 static void test_refusals(void** state) {
   th_env* env = *state;
   char sock[1200], file[1200];
@@ -307,7 +332,9 @@ static void test_refusals(void** state) {
   TH_ERR(TUTTI_EINVAL, tutti_runtime_open(o2, &rt2));
   tutti_options_destroy(o2);
 
-  /* A stranger's bytes get an error and a hang-up; the runtime goes on serving. */
+  /* A stranger's bytes get an error and a hang-up, which the log callback hears of; the
+   * runtime goes on serving. */
+  tutti_set_log_callback(on_log, NULL, TUTTI_LOG_WARN);
   int raw = socket(AF_UNIX, SOCK_STREAM, 0);
   struct sockaddr_un addr;
   memset(&addr, 0, sizeof addr);
@@ -328,6 +355,12 @@ static void test_refusals(void** state) {
   if (got < 0 && errno != ECONNRESET) fail_msg("reading the hang-up: %s", strerror(errno));
   /* hung up: EOF, or ECONNRESET for the junk the runtime left unread */
   close(raw);
+  char last[512];
+  for (int i = 0; i < 500 && warnings_logged(last, sizeof last) == 0; i++) sleep_ms(2);
+  TH_EQ(warnings_logged(last, sizeof last), 1);
+  if (strstr(last, "hung up") == NULL || strstr(last, "protocol version") == NULL)
+    fail_msg("the warning logged: %s", last);
+  tutti_set_log_callback(NULL, NULL, 0);
   TH_OK(tutti_lookup_client_query(c, tokens, 4, NULL, 0, 0, &hit, NULL));
 
   /* Closed: the client's next calls fail as a miss would, and the socket is gone. */

@@ -173,6 +173,39 @@ def test_a_client_asks_a_runtime_in_another_process(tmp_path):
         owner.wait()
 
 
+def test_tuttis_log_reaches_python_logging(tmp_path, caplog):
+    import logging
+    import socket
+    import time
+
+    sock = str(tmp_path / "lookup.sock")
+    rt = tutti.Runtime(pool=str(tmp_path / "pool"), capacity="64M", chunk_tokens=64, staging="8M", lookup_socket=sock)
+    logger = logging.getLogger("tutti.test")
+    logger.setLevel(logging.WARNING)
+    tutti.log_to_python(logger)
+    try:
+        with caplog.at_level(logging.WARNING, logger="tutti.test"):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:  # a stranger's bytes
+                s.connect(sock)
+                s.sendall(b"GET / HTTP/1.1\r\n\r\n" + bytes(32))
+                try:
+                    while s.recv(4096):
+                        pass
+                except ConnectionResetError:  # it hung up on bytes it had not read
+                    pass
+            for _ in range(500):
+                if caplog.records:
+                    break
+                time.sleep(0.002)
+        assert [r.levelno for r in caplog.records] == [logging.WARNING]
+        assert "hung up" in caplog.records[0].getMessage()
+    finally:
+        tutti_c.tutti_set_log_callback(None, 0)
+        rt.close()
+    with pytest.raises(TypeError):
+        tutti_c.tutti_set_log_callback(42, 0)
+
+
 def test_buffers_of_any_kind_and_salts(tmp_path):
     kv = make_kv()
     tokens = array.array("i", range(128))

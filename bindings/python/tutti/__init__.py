@@ -16,13 +16,14 @@ is done, which Batch ensures by holding them.
             b.wait()
 """
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple
 
 from . import tutti_c as _c
 
-__all__ = ["Error", "Runtime", "KvLayout", "Batch", "Request", "Result", "LookupClient", "version", "MEMORY_HOST",
-           "MEMORY_CUDA"]
+__all__ = ["Error", "Runtime", "KvLayout", "Batch", "Request", "Result", "LookupClient", "version", "log_to_python",
+           "MEMORY_HOST", "MEMORY_CUDA"]
 
 MEMORY_HOST = _c.TUTTI_MEMORY_HOST
 MEMORY_CUDA = _c.TUTTI_MEMORY_CUDA
@@ -52,6 +53,20 @@ def _split(ret):
 
 def version() -> str:
     return _c.tutti_version_string()
+
+
+_LEVELS = {_c.TUTTI_LOG_ERROR: logging.ERROR, _c.TUTTI_LOG_WARN: logging.WARNING, _c.TUTTI_LOG_INFO: logging.INFO,
+           _c.TUTTI_LOG_DEBUG: logging.DEBUG}
+
+
+def log_to_python(logger: Optional[logging.Logger] = None) -> None:
+    """Routes tutti's log (chunks discarded for a failed checksum, torn records found at open,
+    lookup clients hung up on, the backend chosen) to `logger` (default: logging.getLogger
+    ("tutti")), at the levels it lets through now. tutti calls it from its own threads."""
+    logger = logger or logging.getLogger("tutti")
+    effective = logger.getEffectiveLevel()
+    level = max((t for t, py in _LEVELS.items() if py >= effective), default=-1)
+    _c.tutti_set_log_callback(lambda lvl, msg: logger.log(_LEVELS.get(lvl, logging.INFO), msg), level)
 
 
 def _checked_address(obj: Any, need: int, what: str) -> int:

@@ -307,6 +307,7 @@ class TuttiConnector(KVConnectorBase_V1):
             super().__init__(vllm_config, role, kv_cache_config)
         except TypeError:  # vLLM before the kv_cache_config argument
             super().__init__(vllm_config, role)
+        tutti.log_to_python(logging.getLogger("tutti"))  # tutti's own warnings, beside vLLM's
         self._config = vllm_config
         self._cache_config = kv_cache_config
         self._block_size = vllm_config.cache_config.block_size

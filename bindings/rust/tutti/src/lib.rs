@@ -90,6 +90,37 @@ pub fn version_number() -> u32 {
     unsafe { sys::tutti_version_number() }
 }
 
+/// Levels of tutti's log (`set_log_callback`).
+pub const LOG_ERROR: i32 = 0;
+pub const LOG_WARN: i32 = 1;
+pub const LOG_INFO: i32 = 2;
+pub const LOG_DEBUG: i32 = 3;
+
+static LOGGER: std::sync::RwLock<Option<fn(i32, &str)>> = std::sync::RwLock::new(None);
+
+extern "C" fn log_trampoline(level: std::os::raw::c_int, message: *const std::os::raw::c_char, _user: *mut c_void) {
+    let f = match LOGGER.read() {
+        Ok(g) => *g,
+        Err(_) => None,
+    };
+    if let Some(f) = f {
+        // Safety: tutti passes a NUL-terminated message that lives for the call.
+        let m = unsafe { CStr::from_ptr(message) }.to_string_lossy();
+        // A panic must not unwind into tutti's threads.
+        let _ = std::panic::catch_unwind(|| f(level, &m));
+    }
+}
+
+/// Sends tutti's log (chunks discarded for a failed checksum, torn records found at open,
+/// lookup clients hung up on, the backend chosen) up to `level` to `f`, from tutti's own
+/// threads; `None` stops it (the variable `TUTTI_LOG` then decides what goes to stderr).
+pub fn set_log_callback(f: Option<fn(i32, &str)>, level: i32) {
+    *LOGGER.write().unwrap_or_else(|e| e.into_inner()) = f;
+    let trampoline: sys::tutti_log_fn = if f.is_some() { Some(log_trampoline) } else { None };
+    // Safety: the trampoline lives for the program; it reads LOGGER, which is always valid.
+    unsafe { sys::tutti_set_log_callback(trampoline, ptr::null_mut(), level) };
+}
+
 /// Where the KV cache lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Memory {

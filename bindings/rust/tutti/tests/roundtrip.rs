@@ -126,6 +126,29 @@ fn a_client_looks_up_in_another_runtime() {
     let (hit, lease) = client.lookup_lease(&tokens, None, 0).unwrap();
     assert_eq!(hit, 128);
     client.release(lease).unwrap();
+    // A stranger's bytes: an error, a hang-up, and a warning in the log.
+    static WARNINGS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    tutti::set_log_callback(Some(|level, msg| if level == tutti::LOG_WARN { WARNINGS.lock().unwrap().push(msg.to_string()) }),
+                            tutti::LOG_WARN);
+    {
+        use std::io::{Read, Write};
+        let mut raw = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        raw.write_all(&[0xa5u8; 64]).unwrap();
+        let mut sink = Vec::new();
+        let _ = raw.read_to_end(&mut sink); // EOF, or a reset for the bytes it left unread
+        assert!(sink.len() >= 24, "no reply before the hang-up");
+    }
+    for _ in 0..500 {
+        if !WARNINGS.lock().unwrap().is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    tutti::set_log_callback(None, 0);
+    let warnings = WARNINGS.lock().unwrap().clone();
+    assert_eq!(warnings.len(), 1, "{:?}", warnings);
+    assert!(warnings[0].contains("hung up"), "{}", warnings[0]);
+    assert_eq!(client.lookup(&tokens, None).unwrap(), 128);
     drop(rt); // the serving runtime goes: a miss, as EIO
     assert_eq!(client.lookup(&tokens, None).unwrap_err().code, tutti::EIO);
     assert_eq!(LookupClient::connect(&sock, 0).err().unwrap().code, tutti::EIO);
