@@ -49,12 +49,12 @@ std::vector<std::string> split_list(const std::string& list) {
   return out;
 }
 
-std::vector<PoolUri> pool_args(int argc, char** argv, bool* repair) {
+std::vector<PoolUri> pool_args(int argc, char** argv, const char* flag, bool* set) {
   std::vector<PoolUri> uris;
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
-    if (repair && a == "--repair")
-      *repair = true;
+    if (flag && a == flag)
+      *set = true;
     else
       uris.push_back(parse_pool_uri(a));
   }

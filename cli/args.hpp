@@ -36,8 +36,8 @@ class Args {
 // "a,b,,c" -> {"a", "b", "c"}
 std::vector<std::string> split_list(const std::string& list);
 
-// The pool files named by stats and fsck; `repair`, where given, is set by --repair. Throws
-// TUTTI_EINVAL when none is named.
-std::vector<PoolUri> pool_args(int argc, char** argv, bool* repair);
+// The pool files named by stats and fsck, and whether `flag` (e.g. "--repair", or null: none)
+// was among the arguments. Throws TUTTI_EINVAL when no pool is named.
+std::vector<PoolUri> pool_args(int argc, char** argv, const char* flag, bool* set);
 
 }  // namespace tutti::cli

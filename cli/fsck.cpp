@@ -25,7 +25,7 @@ namespace tutti::cli {
 // passes fsck (exit 0).
 int cmd_fsck(int argc, char** argv) {
   bool repair = false;
-  auto pool = Pool::open_existing(pool_args(argc, argv, &repair));
+  auto pool = Pool::open_existing(pool_args(argc, argv, "--repair", &repair));
   const auto& g = pool->geometry();
   uint64_t unreadable = 0;
   std::vector<std::pair<uint64_t, DecodeStatus>> bad_records;

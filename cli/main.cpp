@@ -29,6 +29,7 @@ const char* kUsage =
     "                       --repair clears every record that fails (its chunk becomes a miss);\n"
     "                       exit 0 consistent (or repaired), 4 damage found\n"
     "  stats POOL...        occupancy, chunks and layout fingerprint of a pool\n"
+    "                       (--prometheus: the occupancy as Prometheus gauges)\n"
     "\n"
     "bench options:\n"
     "  --model NAME         llama3-8b (default), llama3-70b, qwen2.5-7b, mistral-7b, tiny\n"

@@ -1,6 +1,9 @@
-// tutti stats: occupancy, chunks and layout fingerprint of a pool.
+// tutti stats: occupancy, chunks and layout fingerprint of a pool; --prometheus prints the
+// occupancy as Prometheus gauges (text exposition format), e.g. for node_exporter's textfile
+// collector. A live runtime's counters come from tutti.metrics (Python) in its own process.
 #include <cinttypes>
 #include <cstdio>
+#include <string>
 
 #include "args.hpp"
 #include "cli.hpp"
@@ -9,11 +12,44 @@
 
 namespace tutti::cli {
 
+namespace {
+
+std::string label_value(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+void gauge(const char* name, const char* help, const std::string& labels, double value) {
+  std::printf("# HELP %s %s\n# TYPE %s gauge\n%s{%s} %.17g\n", name, help, name, name, labels.c_str(), value);
+}
+
+}  // namespace
+
 int cmd_stats(int argc, char** argv) {
-  auto pool = Pool::open_existing(pool_args(argc, argv, nullptr));
+  bool prometheus = false;
+  auto pool = Pool::open_existing(pool_args(argc, argv, "--prometheus", &prometheus));
   const auto& g = pool->geometry();
   uint64_t torn = 0;
   auto records = pool->read_records(&torn);
+  if (prometheus) {
+    const std::string labels =
+        "pool=\"" + label_value(pool->file(0).path) + "\",uuid=\"" + uuid_string(pool->uuid()) + "\"";
+    gauge("tutti_pool_slots", "Chunk slots in the pool", labels, static_cast<double>(g.slots()));
+    gauge("tutti_pool_chunks", "Committed chunks", labels, static_cast<double>(records.size()));
+    gauge("tutti_pool_kv_bytes", "Bytes of KV the committed chunks hold", labels,
+          static_cast<double>(records.size() * g.shape().slot_bytes()));
+    gauge("tutti_pool_unreadable_records", "Commit records that are torn or damaged", labels, static_cast<double>(torn));
+    gauge("tutti_pool_files", "Files the pool is striped over", labels, static_cast<double>(pool->files()));
+    return 0;
+  }
   std::printf("pool %s: %zu file(s), format version %u\n", uuid_string(pool->uuid()).c_str(), pool->files(),
               kFormatVersion);
   for (size_t i = 0; i < pool->files(); ++i)

@@ -206,6 +206,55 @@ def test_tuttis_log_reaches_python_logging(tmp_path, caplog):
         tutti_c.tutti_set_log_callback(42, 0)
 
 
+def test_counters_as_prometheus_metrics(tmp_path):
+    import tutti.metrics as metrics
+
+    kv = make_kv()
+    rt = open_runtime(tmp_path, kv)
+    tokens, table = np.arange(1000, 1128, dtype=np.int32), np.arange(8, dtype=np.int32)
+    fixture.fill(kv, tokens, table)
+    with rt.batch("store") as b:
+        b.add(tokens, table)
+        b.submit()
+        b.wait()
+    with rt.batch("load") as b:
+        b.add(tokens, table)
+        b.submit()
+        for layer in range(LAYERS):
+            b.wait_layer(layer)
+        b.wait()
+    assert rt.lookup(tokens) == 128
+    text = metrics.prometheus_text(rt, labels={"rank": "0", "pool": 'a "quoted"\\path'})
+    values, types = {}, {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            types[name] = kind
+            continue
+        if line.startswith("#"):
+            continue
+        m = re.fullmatch(r'([a-z_]+)\{(.*)\} (\S+)', line)
+        assert m, line
+        assert 'pool="a \\"quoted\\"\\\\path"' in m.group(2) and 'rank="0"' in m.group(2), line
+        values.setdefault(m.group(1), []).append(float(m.group(3)))
+    stats = rt.stats()
+    assert values["tutti_lookups_total"] == [stats["lookups"]] and stats["lookups"] >= 1
+    assert values["tutti_stored_chunks_total"] == [2.0]
+    assert values["tutti_read_bytes_total"] == [stats["bytes_read"]] and stats["bytes_read"] > 0
+    assert values["tutti_slots"] == [stats["slots_total"]] and types["tutti_slots"] == "gauge"
+    assert len(values["tutti_layer_wait_by_layer_seconds_total"]) == LAYERS
+    assert all(types[n] == "counter" for n in values if n.endswith("_total"))
+    assert set(values) == {m[1] for m in metrics.METRICS} | {metrics.PER_LAYER[0]}
+
+    prometheus_client = pytest.importorskip("prometheus_client", reason="prometheus_client is not installed")
+    registry = prometheus_client.CollectorRegistry()
+    metrics.register(rt, labels={"rank": "0"}, registry=registry)
+    scraped = prometheus_client.generate_latest(registry).decode()
+    assert f'tutti_lookups_total{{rank="0"}} {float(stats["lookups"])}' in scraped
+    assert 'tutti_layer_wait_by_layer_seconds_total{layer="0",rank="0"}' in scraped
+    rt.close()
+
+
 def test_buffers_of_any_kind_and_salts(tmp_path):
     kv = make_kv()
     tokens = array.array("i", range(128))
