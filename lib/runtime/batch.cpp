@@ -326,10 +326,12 @@ void Batch::finish() {
   for (size_t i = 0; i < chunks_.size(); ++i) {
     const int e = chunks_[i].error.load();
     failed += e != 0;
-    if (is_load() && e == TUTTI_ECORRUPT)
-      rt_->index().discard(chunks_[i].slot), ++discarded;  // damaged on the device: never found again
-    else if (is_load())
+    if (is_load() && e == TUTTI_ECORRUPT) {
+      rt_->index().discard(chunks_[i].slot);  // damaged on the device: never found again
+      ++discarded;
+    } else if (is_load()) {
       rt_->index().unpin(chunks_[i].slot);
+    }
     if (e) reqs_[owners_[i].req].status[owners_[i].chunk] = e;
   }
   for (uint64_t slot : held_) rt_->index().unpin(slot);
