@@ -127,3 +127,14 @@ def test_profile_then_policy_then_hybrid_rows_on_the_cpu(tmp_path):
     rows = [json.loads(x) for x in out.read_text().splitlines() if '"hybrid"' in x]
     assert len(rows) == 1 and rows[0]["profile"]["load_bytes_per_s"] == p.load_bytes_per_s
     assert rows[0]["logits_match"]
+
+
+def test_the_lookup_bench_times_both_paths_and_finds_every_prompt(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "tutti.bench.lookup", "--tokens", "512,1024", "--repeat", "3",
+                        "--dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.splitlines()[1:]]
+    assert len(rows) == 8
+    for row in rows:
+        assert row[-1] == row[0]  # the hit is the whole stored prompt, in-process and through the socket
+    assert {" ".join(row[1:-3]) for row in rows} == {"in-process", "in-process lease", "socket", "socket lease"}
