@@ -202,9 +202,11 @@ TUTTI_API const char* tutti_last_error(void);
  *                    at the same GB/s.
  *   create           1 | 0. Create missing pool files (default 1).
  *   lookup_socket    a Unix socket path where the runtime answers lookups of other processes
- *                    (tutti_lookup_client_open), from tutti_runtime_open until close. A stale
- *                    socket there (its runtime died) is replaced; one a live runtime serves
- *                    fails with TUTTI_EBUSY. Made owner-only (0600). Default: none. Since 0.5.0.
+ *                    (tutti_lookup_client_open), from tutti_runtime_register_kv (which opens
+ *                    it, like the pool files) until close. A stale socket there (its runtime
+ *                    died) is replaced; one a live runtime serves fails with TUTTI_EBUSY,
+ *                    anything else there with TUTTI_EINVAL. Made owner-only (0600). Default:
+ *                    none. Since 0.5.0.
  */
 typedef struct tutti_options tutti_options;
 
@@ -306,8 +308,8 @@ TUTTI_API void tutti_lease_release(tutti_lease* lease);
  * (0: no bound). tutti_lookup_client_query is tutti_lookup in the serving runtime; with lease
  * non-NULL it is tutti_lookup_lease there: the cached tokens stay pinned until
  * tutti_lookup_client_release(lease), ttl_ms (0: no expiry), or the client's connection ends
- * (closed, or its process died), and *lease is its id. Errors are the runtime's (TUTTI_ESTATE
- * before it registered its KV cache). When the serving runtime closes or dies, or an answer
+ * (closed, or its process died), and *lease is its id. Errors are the runtime's. Before its
+ * tutti_runtime_register_kv nobody answers at PATH (TUTTI_EIO). When it closes or dies, or an answer
  * does not come within timeout_ms, the call fails with TUTTI_EIO and every lease of the client
  * ends with its connection: treat it as a miss. The next call connects again, so a runtime
  * restarted at PATH is found. Releasing a lease that already ended does nothing. Since 0.5.0. */

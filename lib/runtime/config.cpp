@@ -1,5 +1,7 @@
 #include "runtime/config.hpp"
 
+#include <sys/un.h>
+
 #include <cstdlib>
 
 #include "common/error.hpp"
@@ -131,6 +133,9 @@ void apply(Config& c, const std::string& key, const std::string& v) {
   } else if (key == "create") {
     c.create = flag_of(key, v);
   } else if (key == "lookup_socket") {
+    TUTTI_EXPECT(v.size() < sizeof(sockaddr_un{}.sun_path),
+                 "option lookup_socket: '" + v + "' is longer than a Unix socket path may be (" +
+                     std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) + " bytes)");
     c.lookup_socket = v;
   } else {
     fail(TUTTI_EINVAL, "unknown option '" + key + "'");

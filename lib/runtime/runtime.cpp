@@ -18,21 +18,6 @@ Runtime::Runtime(Config cfg) : cfg_(std::move(cfg)) {
   TUTTI_EXPECT(!cfg_.pools.empty(), "no pool location given");
   opened_ = resolve_backend(cfg_.backend);  // fails at once for a backend this machine lacks
   backend_name_ = tutti::backend_name(opened_);
-  if (!cfg_.lookup_socket.empty()) {
-    // Served from open on, so that clients can connect before register_kv (they are told
-    // TUTTI_ESTATE until then). The runtime outlives the server: close() stops it first.
-    auto salt_of = [](std::span<const std::byte> s) { return s.empty() ? nullptr : s.data(); };
-    LookupServer::Handlers h;
-    h.lookup = [this, salt_of](std::span<const int32_t> tokens, std::span<const std::byte> salt) {
-      return lookup(tokens.data(), tokens.size(), salt_of(salt), salt.size());
-    };
-    h.lease = [this, salt_of](std::span<const int32_t> tokens, std::span<const std::byte> salt, uint32_t ttl_ms,
-                              size_t* hit) {
-      return lookup_lease(tokens.data(), tokens.size(), salt_of(salt), salt.size(), ttl_ms, hit);
-    };
-    h.release = [this](uint64_t id) { release_lease(id); };
-    lookup_server_ = std::make_unique<LookupServer>(cfg_.lookup_socket, std::move(h));
-  }
 }
 
 Runtime::~Runtime() {
@@ -131,6 +116,22 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   po.capacity = cfg_.capacity;
   po.create = cfg_.create;
   auto pool = Pool::open(po, shape);
+  // The lookup service, bound once the pool is this runtime's (a second runtime on it failed
+  // above); until register_kv returns its clients are told TUTTI_ESTATE.
+  std::unique_ptr<LookupServer> lookup_server;
+  if (!cfg_.lookup_socket.empty()) {
+    auto salt_of = [](std::span<const std::byte> s) { return s.empty() ? nullptr : s.data(); };
+    LookupServer::Handlers h;
+    h.lookup = [this, salt_of](std::span<const int32_t> tokens, std::span<const std::byte> salt) {
+      return lookup(tokens.data(), tokens.size(), salt_of(salt), salt.size());
+    };
+    h.lease = [this, salt_of](std::span<const int32_t> tokens, std::span<const std::byte> salt, uint32_t ttl_ms,
+                              size_t* hit) {
+      return lookup_lease(tokens.data(), tokens.size(), salt_of(salt), salt.size(), ttl_ms, hit);
+    };
+    h.release = [this](uint64_t id) { release_lease(id); };
+    lookup_server = std::make_unique<LookupServer>(cfg_.lookup_socket, std::move(h));
+  }
   BackendConfig bc;
   for (size_t i = 0; i < pool->files(); ++i) bc.fds.push_back(pool->file(i).fd.get());
   bc.rings = cfg_.rings;
@@ -247,6 +248,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   scheduler_ = std::make_unique<Scheduler>(cfg_.lookahead, static_cast<int>(cfg_.store_nice));
   binding_ = std::move(binding);
   registered_.store(true, std::memory_order_release);  // lookup service threads may look now
+  lookup_server_ = std::move(lookup_server);
 }
 
 size_t Runtime::lookup(const int32_t* tokens, size_t n, const void* salt, size_t salt_len) {

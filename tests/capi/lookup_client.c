@@ -294,7 +294,7 @@ static void test_refusals(void** state) {
   TH_ERR(TUTTI_EINVAL, tutti_lookup_client_query(NULL, tokens, 4, NULL, 0, 0, &hit, NULL));
   TH_ERR(TUTTI_EINVAL, tutti_lookup_client_release(NULL, 1));
 
-  /* A runtime serves from open on; before register_kv it says so. */
+  /* A runtime serves once its KV cache is registered (its pool is open then), not before. */
   th_kv_spec spec = th_spec_default();
   th_kv* kv = NULL;
   TH_OK(th_kv_create(&kv, &spec));
@@ -303,9 +303,9 @@ static void test_refusals(void** state) {
   TH_OK(th_options(&o, env->dir, "8M", CT, extra));
   tutti_runtime* rt = NULL;
   TH_OK(tutti_runtime_open(o, &rt));
-  TH_OK(tutti_lookup_client_open(sock, 5000, &c));
-  TH_ERR(TUTTI_ESTATE, tutti_lookup_client_query(c, tokens, 4, NULL, 0, 0, &hit, NULL));
+  TH_ERR(TUTTI_EIO, tutti_lookup_client_open(sock, 5000, &c));
   TH_OK(tutti_runtime_register_kv(rt, &kv->layout));
+  TH_OK(tutti_lookup_client_open(sock, 5000, &c));
   TH_OK(tutti_lookup_client_query(c, tokens, 4, NULL, 0, 0, &hit, NULL));
   TH_EQ(hit, 0);
   TH_ERR(TUTTI_EINVAL, tutti_lookup_client_query(c, NULL, 4, NULL, 0, 0, &hit, NULL));
@@ -319,18 +319,13 @@ static void test_refusals(void** state) {
   char dir2[1200];
   snprintf(dir2, sizeof dir2, "%s/second", env->dir);
   TH_EQ(mkdir(dir2, 0700), 0);
-  tutti_options* o2 = NULL;
-  TH_OK(th_options(&o2, dir2, "8M", CT, extra));
   tutti_runtime* rt2 = NULL;
-  TH_ERR(TUTTI_EBUSY, tutti_runtime_open(o2, &rt2));
-  tutti_options_destroy(o2);
+  TH_ERR(TUTTI_EBUSY, th_open(&rt2, dir2, "8M", CT, extra, kv));
   FILE* fp = fopen(file, "w");
   assert_non_null(fp);
   fclose(fp);
   const char* extra2[] = {"lookup_socket", file, NULL};
-  TH_OK(th_options(&o2, dir2, "8M", CT, extra2));
-  TH_ERR(TUTTI_EINVAL, tutti_runtime_open(o2, &rt2));
-  tutti_options_destroy(o2);
+  TH_ERR(TUTTI_EINVAL, th_open(&rt2, dir2, "8M", CT, extra2, kv));
 
   /* A stranger's bytes get an error and a hang-up, which the log callback hears of; the
    * runtime goes on serving. */

@@ -179,7 +179,7 @@ def test_tuttis_log_reaches_python_logging(tmp_path, caplog):
     import time
 
     sock = str(tmp_path / "lookup.sock")
-    rt = tutti.Runtime(pool=str(tmp_path / "pool"), capacity="64M", chunk_tokens=64, staging="8M", lookup_socket=sock)
+    rt = open_runtime(tmp_path, make_kv(), lookup_socket=sock)  # serving from register_kv on
     logger = logging.getLogger("tutti.test")
     logger.setLevel(logging.WARNING)
     tutti.log_to_python(logger)
