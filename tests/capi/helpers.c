@@ -493,6 +493,22 @@ void th_store_prompt(tutti_runtime* rt, th_kv* kv, const th_prompt* p, const int
   TH_EQ(res.chunks_ok, res.chunks);
 }
 
+void th_store_random_prompts(tutti_runtime* rt, th_kv* kv, th_blocks* alloc, uint64_t* rng, uint64_t count,
+                             size_t tokens) {
+  for (uint64_t i = 0; i < count; i++) {
+    th_prompt p;
+    th_prompt_random(&p, rng, tokens);
+    int32_t table[64];
+    const size_t nb = th_nblocks(p.n, kv->spec.block_tokens);
+    th_blocks_reset(alloc, rng);
+    th_blocks_take(alloc, table, nb);
+    th_kv_fill(kv, &p, table, 0, p.n);
+    tutti_request r = th_request(&p, table, nb, 0, TUTTI_TOKENS_ALL);
+    (void)th_batch_run(rt, TUTTI_OP_STORE, &r, 1, NULL, 0, kv->spec.num_layers);
+    th_prompt_free(&p);
+  }
+}
+
 size_t th_lookup(tutti_runtime* rt, const th_prompt* p) {
   size_t cached = (size_t)-1;
   TH_OK(tutti_lookup(rt, p->tokens, p->n, p->salt_len ? p->salt : NULL, p->salt_len, &cached));

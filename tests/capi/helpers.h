@@ -202,6 +202,11 @@ const char* th_batch_error(void);
 /* Store the whole prompt from `table` (pattern filled first) and assert it committed. */
 void th_store_prompt(tutti_runtime* rt, th_kv* kv, const th_prompt* p, const int32_t* table,
                      size_t ntable);
+/* Stores `count` random prompts of `tokens` tokens (at most 64 blocks each) from blocks of a
+ * fresh shuffle of `alloc`, their pattern filled first; results are not checked (a pool they
+ * overfill evicts). */
+void th_store_random_prompts(tutti_runtime* rt, th_kv* kv, th_blocks* alloc, uint64_t* rng, uint64_t count,
+                             size_t tokens);
 /* Lookup shortcut: returns cached tokens, fails the test on error. */
 size_t th_lookup(tutti_runtime* rt, const th_prompt* p);
 /* Poison `table`'s blocks, load [0, tokens) into them, assert success and compare bytes. */

@@ -43,19 +43,7 @@ static void setup(fixture* f, const char* dir, uint64_t seed) {
 
 /* Stores other prompts of 4 chunks, more than the pool holds. */
 static void store_others(fixture* f) {
-  const uint64_t prompts = th_stats(f->rt).slots_total / 4 + 4;
-  for (uint64_t i = 0; i < prompts; i++) {
-    th_prompt p;
-    th_prompt_random(&p, &f->rng, 4 * CT);
-    int32_t table[64];
-    const size_t nb = th_nblocks(p.n, f->spec.block_tokens);
-    th_blocks_reset(&f->alloc, &f->rng);
-    th_blocks_take(&f->alloc, table, nb);
-    th_kv_fill(f->kv, &p, table, 0, p.n);
-    tutti_request r = th_request(&p, table, nb, 0, TUTTI_TOKENS_ALL);
-    (void)th_batch_run(f->rt, TUTTI_OP_STORE, &r, 1, NULL, 0, f->spec.num_layers);
-    th_prompt_free(&p);
-  }
+  th_store_random_prompts(f->rt, f->kv, &f->alloc, &f->rng, th_stats(f->rt).slots_total / 4 + 4, 4 * CT);
 }
 
 static void teardown(fixture* f) {

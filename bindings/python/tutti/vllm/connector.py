@@ -392,7 +392,8 @@ class TuttiConnector(KVConnectorBase_V1):
         shared = self._shared() if self._ranks is None else None
         if shared is None and self._ranks is None:
             return 0, False
-        rid, n, chunk = request.request_id, request.num_tokens, self._chunk_tokens()
+        rid, n = request.request_id, request.num_tokens
+        chunk = shared.chunk_tokens if shared is not None else int(self._options["chunk_tokens"])
         q = self._queries.get(rid)
         ttl = int(self._settings["lease_ttl_ms"])
         if q is None or q.num_tokens != n or (ttl and time.monotonic() - q.since > ttl / 2000):
