@@ -17,24 +17,31 @@ namespace {
 __constant__ sum::Secret kSecret = sum::make_secret();
 constexpr uint32_t kKeys = sum::kSecretBytes - 7;  // a 64-bit key at every byte offset
 
-// 16 bytes of a chunk-layer object at offset `o` (a multiple of 16) read from the blocks, as
-// the extent lies on disk: the padding after K and after V reads as zeros.
+// 16 bytes of a chunk-layer object at offset `o` (a multiple of 16) as the extent lies on disk,
+// read from the blocks for the tokens the span moves and from the chunk's `stage` (its object
+// bytes) for the others; the padding after K and after V reads as zeros.
 template <bool kVec>
-__device__ uint4 object16(const CopyLayout& l, const char* k, const char* v, const int32_t* blocks, uint64_t o) {
+__device__ uint4 object16(const CopyLayout& l, const char* k, const char* v, const int32_t* blocks,
+                          const ChunkSpan& span, const char* stage, uint64_t o) {
   const bool is_v = o >= l.v_offset;
   const uint64_t off = is_v ? o - l.v_offset : o;
   const char* base = is_v ? v : k;
   uint4 z = make_uint4(0, 0, 0, 0);
-  if constexpr (kVec) {  // runs are whole 16-byte words
+  if constexpr (kVec) {  // runs and tokens are whole 16-byte words
     if (off >= l.kv_bytes) return z;
+    const uint64_t t = off / l.token_bytes;
+    if (t < span.lo || t >= span.hi) return *reinterpret_cast<const uint4*>(stage + o);
     const uint64_t u = off / l.run_bytes;
-    return *reinterpret_cast<const uint4*>(base + run_offset(l, blocks, u) + (off - u * l.run_bytes));
+    return *reinterpret_cast<const uint4*>(base + run_offset(l, blocks, span.tok0, u) + (off - u * l.run_bytes));
   } else {
     uint8_t b[16];
     for (int i = 0; i < 16; ++i) {
       const uint64_t x = off + i;
-      const uint64_t u = x / l.run_bytes;
-      b[i] = x < l.kv_bytes ? static_cast<uint8_t>(base[run_offset(l, blocks, u) + (x - u * l.run_bytes)]) : 0;
+      const uint64_t u = x / l.run_bytes, t = x / l.token_bytes;
+      b[i] = x >= l.kv_bytes                 ? 0
+             : t < span.lo || t >= span.hi ? static_cast<uint8_t>(stage[o + i])
+                                            : static_cast<uint8_t>(base[run_offset(l, blocks, span.tok0, u) +
+                                                                        (x - u * l.run_bytes)]);
     }
     memcpy(&z, b, 16);
     return z;
@@ -100,22 +107,32 @@ __global__ void page_hash_kernel(const uint4* pages, uint64_t* out) {
   if (threadIdx.x == 0) out[blockIdx.x] = h;
 }
 
+// The object bytes of chunk `i` of a launch: in device staging at stage_base + i * extent, or
+// at its own staging address.
+__device__ const char* chunk_stage(const CopyLayout& l, const ChunkCopy& c, const char* stage_base, unsigned i) {
+  return stage_base ? stage_base + i * 2 * l.v_offset : reinterpret_cast<const char*>(c.staging);
+}
+
 // One thread block per chunk: its warps hash the chunk-layer's pages where they landed, in the
-// blocks, and terms[chunk] receives the sum of the page terms (the CPU finishes and compares).
-// A chunk whose `status` is not 0 gets no term.
+// blocks (the tokens its span leaves alone: in its staging), and terms[chunk] receives the sum
+// of the page terms (the CPU finishes and compares). A chunk whose `status` is not 0 gets no
+// term.
 template <bool kVec>
 __global__ void layer_terms(CopyLayout l, const char* k, const char* v, const ChunkCopy* chunks, const int32_t* ids,
-                            const int32_t* status, uint64_t* terms, uint64_t pages) {
+                            const int32_t* status, uint64_t* terms, uint64_t pages, const char* stage_base) {
   __shared__ uint64_t keys[kKeys];
   __shared__ uint64_t warp_terms[32];
   load_keys(keys);
   if (status && status[blockIdx.x]) return;
-  const int32_t* blocks = ids + chunks[blockIdx.x].first_block;
+  const ChunkCopy c = chunks[blockIdx.x];
+  const int32_t* blocks = ids + c.first_block;
+  const char* stage = chunk_stage(l, c, stage_base, blockIdx.x);
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   uint64_t acc = 0;
   for (uint64_t p = warp; p < pages; p += warps) {
     uint4 w[8];
-    for (unsigned s = 0; s < 8; ++s) w[s] = object16<kVec>(l, k, v, blocks, p * sum::kPageBytes + s * 512 + lane * 16);
+    for (unsigned s = 0; s < 8; ++s)
+      w[s] = object16<kVec>(l, k, v, blocks, c.span, stage, p * sum::kPageBytes + s * 512 + lane * 16);
     acc += sum::page_term(warp_page_hash(w, lane, keys), p);
   }
   if (lane == 0) warp_terms[warp] = acc;
@@ -128,31 +145,41 @@ __global__ void layer_terms(CopyLayout l, const char* k, const char* v, const Ch
 }
 
 // Grid: y = chunk, x * warps = runs of both sides. Each warp moves one run at a time, its lanes
-// striding 16 bytes (or 1 byte where the layout is not 16-byte aligned). A chunk whose
-// `status` is not 0 (its read failed) is left alone. The chunk's object bytes are at its
-// `staging` address, or, with `stage` (device staging), at stage + chunk * extent.
+// striding 16 bytes (or 1 byte where the layout is not 16-byte aligned): of a run, the tokens
+// the chunk's span moves (a gather writes zeros for the others). A chunk whose `status` is not
+// 0 (its read failed) is left alone. The chunk's object bytes are at its `staging` address,
+// or, with `stage` (device staging), at stage + chunk * extent.
 template <bool kToBlocks, bool kVec>
 __global__ void copy_layer(CopyLayout l, char* k, char* v, const ChunkCopy* chunks, const int32_t* ids,
                            const int32_t* status, char* stage_base) {
   if (status && status[blockIdx.y]) return;
   const ChunkCopy c = chunks[blockIdx.y];
   const int32_t* blocks = ids + c.first_block;
-  char* stage = stage_base ? stage_base + blockIdx.y * 2 * l.v_offset : reinterpret_cast<char*>(c.staging);
+  char* stage = const_cast<char*>(chunk_stage(l, c, stage_base, blockIdx.y));
   const uint64_t runs = l.kv_bytes / l.run_bytes;
   const unsigned lane = threadIdx.x & 31;
   const unsigned warps = gridDim.x * (blockDim.x >> 5);
   for (uint64_t r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < 2 * runs; r += warps) {
     const bool is_v = r >= runs;
     const uint64_t u = is_v ? r - runs : r;
-    char* mem = (is_v ? v : k) + run_offset(l, blocks, u);
+    uint64_t from, to;
+    run_window(l, c.span, u, &from, &to);
+    from = from > u * l.run_bytes ? from - u * l.run_bytes : 0;
+    to = to > u * l.run_bytes ? to - u * l.run_bytes : 0;
     char* obj = stage + (is_v ? l.v_offset : 0) + u * l.run_bytes;
+    if (!kToBlocks && (from > 0 || to < l.run_bytes)) {  // a store writes zeros for the tokens its span leaves out
+      for (uint64_t o = lane; o < l.run_bytes; o += 32)
+        if (o < from || o >= to) obj[o] = 0;
+    }
+    if (from >= to) continue;
+    char* mem = (is_v ? v : k) + run_offset(l, blocks, c.span.tok0, u);
     char* dst = kToBlocks ? mem : obj;
     const char* src = kToBlocks ? obj : mem;
     if (kVec) {
-      for (uint64_t o = lane * 16; o < l.run_bytes; o += 32 * 16)
+      for (uint64_t o = from + lane * 16; o < to; o += 32 * 16)
         *reinterpret_cast<uint4*>(dst + o) = *reinterpret_cast<const uint4*>(src + o);
     } else {
-      for (uint64_t o = lane; o < l.run_bytes; o += 32) dst[o] = src[o];
+      for (uint64_t o = from + lane; o < to; o += 32) dst[o] = src[o];
     }
   }
 }
@@ -168,17 +195,17 @@ __global__ void wait_layer(const volatile uint64_t* control, uint32_t layer, uin
 
 bool vec_ok(const CopyLayout& l, const void* k, const void* v) {
   auto a = [](uint64_t x) { return x % 16 == 0; };
-  return a(l.run_bytes) && a(l.block_stride) && a(l.token_stride) && a(l.head_stride) && a(l.v_offset) &&
-         a(reinterpret_cast<uintptr_t>(k)) && a(reinterpret_cast<uintptr_t>(v));
+  return a(l.run_bytes) && a(l.token_bytes) && a(l.block_stride) && a(l.token_stride) && a(l.head_stride) &&
+         a(l.v_offset) && a(reinterpret_cast<uintptr_t>(k)) && a(reinterpret_cast<uintptr_t>(v));
 }
 
 void launch_terms(cudaStream_t s, const CopyLayout& l, const char* k, const char* v, const ChunkCopy* chunks,
-                  size_t n, const int32_t* ids, const int32_t* status, uint64_t* terms) {
+                  size_t n, const int32_t* ids, const int32_t* status, uint64_t* terms, const char* stage = nullptr) {
   const uint64_t pages = 2 * l.v_offset / sum::kPageBytes;
   if (vec_ok(l, k, v))
-    layer_terms<true><<<static_cast<unsigned>(n), 512, 0, s>>>(l, k, v, chunks, ids, status, terms, pages);
+    layer_terms<true><<<static_cast<unsigned>(n), 512, 0, s>>>(l, k, v, chunks, ids, status, terms, pages, stage);
   else
-    layer_terms<false><<<static_cast<unsigned>(n), 512, 0, s>>>(l, k, v, chunks, ids, status, terms, pages);
+    layer_terms<false><<<static_cast<unsigned>(n), 512, 0, s>>>(l, k, v, chunks, ids, status, terms, pages, stage);
   check(cudaGetLastError(), "checksum kernel launch");
 }
 
@@ -195,7 +222,7 @@ void launch(cudaStream_t s, const CopyLayout& l, char* k, char* v, const ChunkCo
   else
     copy_layer<kToBlocks, false><<<grid, threads, 0, s>>>(l, k, v, chunks, ids, status, stage);
   check(cudaGetLastError(), "copy kernel launch");
-  if (kToBlocks && terms) launch_terms(s, l, k, v, chunks, n, ids, status, terms);
+  if (kToBlocks && terms) launch_terms(s, l, k, v, chunks, n, ids, status, terms, stage);
 }
 
 // DMA between `m` chunks' object bytes in mapped host memory and device staging, where chunk j

@@ -24,7 +24,7 @@ int device_count();
 struct ChunkCopy {
   uint64_t staging;     // device-visible address of the chunk-layer extent
   uint32_t first_block; // index into the batch's device block-id array
-  uint32_t pad = 0;
+  ChunkSpan span;       // where the chunk starts in its first block; the tokens that move
 };
 
 // A CUDA device as one runtime uses it: an internal stream and pinned staging.

@@ -18,9 +18,6 @@ KvBinding::KvBinding(const tutti_kv_layout& l, uint32_t chunk_tokens) {
   TUTTI_EXPECT(l.num_kv_heads >= 1 && l.head_dim >= 1, "num_kv_heads and head_dim must be at least 1");
   TUTTI_EXPECT(l.elem_bytes == 1 || l.elem_bytes == 2 || l.elem_bytes == 4 || l.elem_bytes == 8,
                "elem_bytes must be 1, 2, 4 or 8");
-  TUTTI_EXPECT(chunk_tokens % l.block_tokens == 0,
-               "chunk_tokens (" + std::to_string(chunk_tokens) + ") must be a multiple of block_tokens (" +
-                   std::to_string(l.block_tokens) + ")");
   TUTTI_EXPECT(l.memory == TUTTI_MEMORY_HOST || l.memory == TUTTI_MEMORY_CUDA,
                "unknown memory kind " + std::to_string(l.memory));
   if (l.memory == TUTTI_MEMORY_CUDA) {
@@ -53,18 +50,22 @@ KvBinding::KvBinding(const tutti_kv_layout& l, uint32_t chunk_tokens) {
 
   // The widest contiguous run the strides allow.
   const bool heads_packed = l.num_kv_heads == 1 || l.head_stride == row;
-  const bool tokens_packed = heads_packed && (l.block_tokens == 1 || l.token_stride == shape_.token_bytes());
+  // Whole blocks are runs only where every chunk starts a block.
+  const bool tokens_packed = heads_packed && (l.block_tokens == 1 || l.token_stride == shape_.token_bytes()) &&
+                             chunk_tokens % l.block_tokens == 0;
   gpu::CopyLayout& c = layout_;
   c.block_stride = l.block_stride;
   c.token_stride = l.token_stride;
   c.head_stride = l.head_stride;
   c.run_kind = tokens_packed ? gpu::kRunBlock : heads_packed ? gpu::kRunToken : gpu::kRunRow;
   c.run_bytes = tokens_packed ? shape_.token_bytes() * block_tokens_ : heads_packed ? shape_.token_bytes() : row;
+  c.token_bytes = shape_.token_bytes();
   c.kv_bytes = shape_.kv_bytes();
   c.v_offset = shape_.v_offset();
   c.block_tokens = block_tokens_;
   c.heads = shape_.heads;
-  c.blocks_per_chunk = blocks_per_chunk();
+  c.blocks_per_chunk = chunk_tokens % block_tokens_ == 0 ? chunk_tokens / block_tokens_
+                                                        : (chunk_tokens + 2 * block_tokens_ - 2) / block_tokens_;
 
   bool aligned = is_aligned(c.run_bytes, kIoAlign) && is_aligned(c.block_stride, kIoAlign) &&
                  shape_.kv_bytes() == shape_.v_offset();
@@ -75,16 +76,22 @@ KvBinding::KvBinding(const tutti_kv_layout& l, uint32_t chunk_tokens) {
   direct_capable_ = aligned && !on_device();
 }
 
-void KvBinding::scatter(uint32_t layer, const int32_t* blocks, uint64_t lo, uint64_t hi, const std::byte* staging) const {
-  for_each_run(layer, blocks, lo, hi, [&](const MemRun& r) { std::memcpy(r.addr, staging + (r.obj_off - lo), r.len); });
+void KvBinding::scatter(uint32_t layer, const int32_t* blocks, const gpu::ChunkSpan& span, uint64_t lo, uint64_t hi,
+                        const std::byte* staging) const {
+  for_each_run(layer, blocks, span, lo, hi,
+               [&](const MemRun& r) { std::memcpy(r.addr, staging + (r.obj_off - lo), r.len); });
 }
 
-void KvBinding::gather(uint32_t layer, const int32_t* blocks, uint64_t lo, uint64_t hi, std::byte* staging) const {
-  for_each_run(layer, blocks, lo, hi, [&](const MemRun& r) { std::memcpy(staging + (r.obj_off - lo), r.addr, r.len); });
+void KvBinding::gather(uint32_t layer, const int32_t* blocks, const gpu::ChunkSpan& span, uint64_t lo, uint64_t hi,
+                       std::byte* staging) const {
+  if (!whole(span)) std::memset(staging, 0, hi - lo);
+  for_each_run(layer, blocks, span, lo, hi,
+               [&](const MemRun& r) { std::memcpy(staging + (r.obj_off - lo), r.addr, r.len); });
 }
 
-void KvBinding::iovecs(uint32_t layer, const int32_t* blocks, uint64_t lo, uint64_t hi, std::vector<iovec>& out) const {
-  for_each_run(layer, blocks, lo, hi, [&](const MemRun& r) { out.push_back(iovec{r.addr, r.len}); });
+void KvBinding::iovecs(uint32_t layer, const int32_t* blocks, const gpu::ChunkSpan& span, uint64_t lo, uint64_t hi,
+                       std::vector<iovec>& out) const {
+  for_each_run(layer, blocks, span, lo, hi, [&](const MemRun& r) { out.push_back(iovec{r.addr, r.len}); });
 }
 
 }  // namespace tutti

@@ -30,7 +30,13 @@ class KvBinding {
   const Shape& shape() const { return shape_; }
   uint32_t num_blocks() const { return num_blocks_; }
   uint32_t block_tokens() const { return block_tokens_; }
-  uint32_t blocks_per_chunk() const { return shape_.chunk_tokens / block_tokens_; }
+  // The most blocks one chunk's tokens lie in (chunk_tokens / block_tokens when that divides).
+  uint32_t blocks_per_chunk() const { return layout_.blocks_per_chunk; }
+  // The blocks a chunk's tokens [0, span.hi) lie in, from the one holding its first token.
+  uint32_t blocks_of(const gpu::ChunkSpan& s) const { return (s.tok0 + s.hi + block_tokens_ - 1) / block_tokens_; }
+  // Whether the chunk moves whole and starts a block: the only chunks vectored I/O and the
+  // per-block baseline move.
+  bool whole(const gpu::ChunkSpan& s) const { return s.tok0 == 0 && s.lo == 0 && s.hi == shape_.chunk_tokens; }
   // Bytes of one maximal contiguous run: a whole block, a token's heads, or one row.
   uint64_t run_bytes() const { return layout_.run_bytes; }
   // True when every run is 4 KiB aligned in address and length, so O_DIRECT can move bytes
@@ -43,16 +49,22 @@ class KvBinding {
   std::byte* v(uint32_t layer) const { return v_[layer]; }
   const gpu::CopyLayout& copy_layout() const { return layout_; }
 
-  // Calls fn(MemRun) for each run of layer `layer` of the chunk whose blocks are
-  // `blocks[0..blocks_per_chunk)`, restricted to object bytes [lo, hi), in object order.
+  // Calls fn(MemRun) for each run of layer `layer` of the chunk whose blocks are `blocks` (from
+  // the one holding its first token) and whose tokens `span` moves, restricted to object bytes
+  // [lo, hi), in object order.
   template <class Fn>
-  void for_each_run(uint32_t layer, const int32_t* blocks, uint64_t lo, uint64_t hi, Fn&& fn) const;
+  void for_each_run(uint32_t layer, const int32_t* blocks, const gpu::ChunkSpan& span, uint64_t lo, uint64_t hi,
+                    Fn&& fn) const;
 
-  // Staging <-> blocks. `staging` holds object bytes [lo, hi).
-  void scatter(uint32_t layer, const int32_t* blocks, uint64_t lo, uint64_t hi, const std::byte* staging) const;
-  void gather(uint32_t layer, const int32_t* blocks, uint64_t lo, uint64_t hi, std::byte* staging) const;
+  // Staging <-> blocks. `staging` holds object bytes [lo, hi); a gather zeroes the bytes of the
+  // tokens the span leaves out.
+  void scatter(uint32_t layer, const int32_t* blocks, const gpu::ChunkSpan& span, uint64_t lo, uint64_t hi,
+               const std::byte* staging) const;
+  void gather(uint32_t layer, const int32_t* blocks, const gpu::ChunkSpan& span, uint64_t lo, uint64_t hi,
+              std::byte* staging) const;
   // The runs of [lo, hi) as iovecs, appended to `out`.
-  void iovecs(uint32_t layer, const int32_t* blocks, uint64_t lo, uint64_t hi, std::vector<iovec>& out) const;
+  void iovecs(uint32_t layer, const int32_t* blocks, const gpu::ChunkSpan& span, uint64_t lo, uint64_t hi,
+              std::vector<iovec>& out) const;
 
  private:
   Shape shape_;
@@ -65,7 +77,8 @@ class KvBinding {
 };
 
 template <class Fn>
-void KvBinding::for_each_run(uint32_t layer, const int32_t* blocks, uint64_t lo, uint64_t hi, Fn&& fn) const {
+void KvBinding::for_each_run(uint32_t layer, const int32_t* blocks, const gpu::ChunkSpan& span, uint64_t lo,
+                             uint64_t hi, Fn&& fn) const {
   const uint64_t kv = shape_.kv_bytes();
   const uint64_t voff = shape_.v_offset();
   for (int side = 0; side < 2; ++side) {
@@ -76,10 +89,12 @@ void KvBinding::for_each_run(uint32_t layer, const int32_t* blocks, uint64_t lo,
     std::byte* base = side ? v_[layer] : k_[layer];
     const uint64_t run = layout_.run_bytes;
     for (uint64_t u = a / run; u * run < b; ++u) {
-      std::byte* addr = base + gpu::run_offset(layout_, blocks, u);
-      const uint64_t start = u * run;
-      const uint64_t from = std::max(start, a), to = std::min(start + run, b);
-      fn(MemRun{addr + (from - start), sec + from, to - from});
+      uint64_t from, to;
+      gpu::run_window(layout_, span, u, &from, &to);
+      from = std::max(from, a), to = std::min(to, b);
+      if (from >= to) continue;
+      std::byte* addr = base + gpu::run_offset(layout_, blocks, span.tok0, u);
+      fn(MemRun{addr + (from - u * run), sec + from, to - from});
     }
   }
 }

@@ -31,9 +31,11 @@ DeviceBatch::DeviceBatch(gpu::Device& dev, const KvBinding& kv, std::deque<PathC
     terms_dev_ = dev_base_ + ids_bytes + copies_bytes + status_bytes;
   }
   auto* ids = reinterpret_cast<int32_t*>(base);  // the chunks' block ids, where the kernels read them
-  for (size_t i = 0; i < n_; ++i) {
+  for (size_t i = 0; i < n_; ++i) {  // (past a chunk's last token the table may end)
     chunks[i].first_block = static_cast<uint32_t>(i * bpc);
-    std::copy_n(chunks[i].blocks, bpc, ids + i * bpc);
+    const size_t used = std::min<size_t>(kv.blocks_of(chunks[i].span), bpc);
+    std::copy_n(chunks[i].blocks, used, ids + i * bpc);
+    std::fill_n(ids + i * bpc + used, bpc - used, 0);
   }
 }
 
@@ -94,7 +96,7 @@ class StagedCudaRun final : public IoRun {
     gpu::ChunkCopy* copies = mem_.copies(layer) + first;
     for (size_t i = 0; i < group.size(); ++i) {
       auto* op = static_cast<LayerOp*>(group[i]);
-      copies[i] = gpu::ChunkCopy{staging_->device_address(op->stage), chunks_[op->item].first_block};
+      copies[i] = gpu::ChunkCopy{staging_->device_address(op->stage), chunks_[op->item].first_block, chunks_[op->item].span};
     }
     try {
       p_.device->gather(kv_.copy_layout(), kv_.k(layer), kv_.v(layer),
@@ -112,7 +114,7 @@ class StagedCudaRun final : public IoRun {
     for (uint32_t j = 0; j < w.count; ++j) {
       const LayerOp& op = ops(w.layer)[w.first + j];
       if (failed(op.item)) continue;
-      copies[n] = gpu::ChunkCopy{staging_->device_address(op.stage), chunks_[op.item].first_block};
+      copies[n] = gpu::ChunkCopy{staging_->device_address(op.stage), chunks_[op.item].first_block, chunks_[op.item].span};
       items[n++] = op.item;
     }
     const uint64_t terms = mem_.terms_dev(w.layer);
@@ -199,7 +201,7 @@ class PerBlockCudaRun final : public IoRun {
       std::vector<uint32_t> checked;
       for (uint32_t i = 0; i < chunks_.size(); ++i)
         if (!failed(i)) {
-          copies[checked.size()] = gpu::ChunkCopy{0, chunks_[i].first_block};
+          copies[checked.size()] = gpu::ChunkCopy{0, chunks_[i].first_block, chunks_[i].span};
           checked.push_back(i);
         }
       try {
@@ -233,7 +235,7 @@ class MappedCudaRun final : public RunBase {
     const size_t n = chunks_.size();
     for (uint32_t i = 0; i < n; ++i) {
       const Extent e = g.layer_extent(chunks_[i].slot, layer);
-      copies[i] = gpu::ChunkCopy{dram.device(e.file, e.offset), chunks_[i].first_block};
+      copies[i] = gpu::ChunkCopy{dram.device(e.file, e.offset), chunks_[i].first_block, chunks_[i].span};
       status[i] = chunks_[i].error.load();
     }
     if (load_) {

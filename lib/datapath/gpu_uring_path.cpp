@@ -65,7 +65,7 @@ class GpuUringRun final : public RunBase {
           Staging::Buffer b = staging.acquire();
           held_.push_back(b);
           set.targets_host[i] = gpu::IoTarget{reinterpret_cast<uint64_t>(b.data), static_cast<uint32_t>(b.region), 0};
-          set.copies_host[i] = gpu::ChunkCopy{staging.device_address(b), chunks_[i].first_block};
+          set.copies_host[i] = gpu::ChunkCopy{staging.device_address(b), chunks_[i].first_block, chunks_[i].span};
         }
       }
     }

@@ -72,13 +72,13 @@ void RunBase::check_layer(uint32_t layer, const int32_t* status, const uint64_t*
 
 // K runs, zero padding up to V, V runs, zero padding to the end. A page that is one run is
 // hashed in place, any other is assembled first.
-uint64_t extent_terms(const KvBinding& kv, uint32_t layer, const int32_t* blocks, uint64_t lo, uint64_t hi) {
+uint64_t extent_terms(const KvBinding& kv, uint32_t layer, const PathChunk& c, uint64_t lo, uint64_t hi) {
   alignas(64) std::byte page[kIoAlign];
   uint64_t terms = 0;
   for (uint64_t p = lo; p < hi; p += kIoAlign) {
     const std::byte* whole = nullptr;
     bool zeroed = false;  // zeroed lazily: most pages of a direct layout are one run
-    kv.for_each_run(layer, blocks, p, p + kIoAlign, [&](const MemRun& r) {
+    kv.for_each_run(layer, c.blocks, c.span, p, p + kIoAlign, [&](const MemRun& r) {
       if (r.len == kIoAlign) {
         whole = r.addr;
         return;
@@ -92,9 +92,9 @@ uint64_t extent_terms(const KvBinding& kv, uint32_t layer, const int32_t* blocks
   return terms;
 }
 
-uint64_t extent_checksum(const KvBinding& kv, uint32_t layer, const int32_t* blocks) {
+uint64_t extent_checksum(const KvBinding& kv, uint32_t layer, const PathChunk& c) {
   const uint64_t bytes = kv.shape().layer_bytes();
-  return layer_sum_of_terms(extent_terms(kv, layer, blocks, 0, bytes), bytes);
+  return layer_sum_of_terms(extent_terms(kv, layer, c, 0, bytes), bytes);
 }
 
 // ---- IoRun --------------------------------------------------------------------------------
@@ -154,7 +154,7 @@ void IoRun::issue(uint32_t layer) {
     wave = nullptr;
   };
   for (LayerOp& op : ops) {
-    if (staging_ && !staging_->try_acquire(&op.stage, !load_)) {
+    if (staged(op.item) && !staging_->try_acquire(&op.stage, !load_)) {
       flush();
       close_wave();
       op.stage = staging_->acquire(!load_);
@@ -230,7 +230,7 @@ class HostRun final : public IoRun {
  public:
   HostRun(const PathParts& parts, bool load, std::deque<PathChunk>& chunks, PathSink& sink,
           std::vector<std::pair<uint64_t, uint64_t>> ranges)
-      : IoRun(parts, load, chunks, sink, std::move(ranges), parts.direct ? nullptr : parts.staging, *parts.backend) {
+      : IoRun(parts, load, chunks, sink, std::move(ranges), parts.staging, *parts.backend) {
     piecewise_ = verify_ && ranges_.size() > 1 && std::all_of(ranges_.begin(), ranges_.end(), [](auto r) {
                    return r.first % kIoAlign == 0 && r.second % kIoAlign == 0;
                  });
@@ -244,20 +244,22 @@ class HostRun final : public IoRun {
 
  private:
   bool whole(const LayerOp& op) const { return op.hi - op.lo == kv_.shape().layer_bytes(); }
+  // Vectored I/O moves whole chunks; the others go through staging.
+  bool staged(uint32_t i) const override { return !p_.direct || !kv_.whole(chunks_[i].span); }
 
   void prepare(LayerOp& op) override {
     PathChunk& c = chunks_[op.item];
     if (!op.stage.data) {
       op.iovs.clear();
-      kv_.iovecs(op.layer, c.blocks, op.lo, op.hi, op.iovs);
+      kv_.iovecs(op.layer, c.blocks, c.span, op.lo, op.hi, op.iovs);
       op.iov = op.iovs.data();
       op.iovcnt = static_cast<int>(op.iovs.size());
     } else if (op.write) {
-      kv_.gather(op.layer, c.blocks, op.lo, op.hi, op.buf);
+      kv_.gather(op.layer, c.blocks, c.span, op.lo, op.hi, op.buf);
       if (whole(op)) zero_padding(op.buf);
     }
     if (op.write && op.lo == 0)
-      c.sums[op.layer] = op.stage.data && whole(op) ? layer_sum(op.buf, op.length) : extent_checksum(kv_, op.layer, c.blocks);
+      c.sums[op.layer] = op.stage.data && whole(op) ? layer_sum(op.buf, op.length) : extent_checksum(kv_, op.layer, c);
   }
 
   // A whole extent is checked by the I/O thread: in staging before a byte reaches the blocks,
@@ -267,18 +269,18 @@ class HostRun final : public IoRun {
     const PathChunk& c = chunks_[op.item];
     std::optional<uint64_t> got;
     if (verify_ && whole(op)) {
-      got = op.stage.data ? layer_sum(op.stage.data, op.length) : extent_checksum(kv_, op.layer, c.blocks);
+      got = op.stage.data ? layer_sum(op.stage.data, op.length) : extent_checksum(kv_, op.layer, c);
     } else if (piecewise_) {
       const size_t k = size_t{op.item} * kv_.shape().layers + op.layer;
       terms_[k] += op.stage.data ? page_terms(op.stage.data, op.lo / kIoAlign, op.length / kIoAlign)
-                                 : extent_terms(kv_, op.layer, c.blocks, op.lo, op.hi);
+                                 : extent_terms(kv_, op.layer, c, op.lo, op.hi);
       if (pieces_[k].fetch_sub(1) == 1) got = layer_sum_of_terms(terms_[k].load(), kv_.shape().layer_bytes());
     }
     if (got && !matches(op.item, op.layer, *got)) {
       forget(op.item, op.layer);
       return -EBADMSG;  // op_done says where
     }
-    if (op.stage.data) kv_.scatter(op.layer, c.blocks, op.lo, op.hi, op.stage.data);
+    if (op.stage.data) kv_.scatter(op.layer, c.blocks, c.span, op.lo, op.hi, op.stage.data);
     return res;
   }
 
@@ -286,7 +288,7 @@ class HostRun final : public IoRun {
   void io_over(uint32_t layer) override {
     if (verify_ && ranges_.size() > 1 && !piecewise_)
       for (uint32_t i = 0; i < chunks_.size(); ++i)
-        if (!failed(i)) check_landed(i, layer, extent_checksum(kv_, layer, chunks_[i].blocks));
+        if (!failed(i)) check_landed(i, layer, extent_checksum(kv_, layer, chunks_[i]));
     sink_.layer_landed(layer);
   }
 

@@ -41,8 +41,9 @@ class Device;
 // One chunk a batch moves.
 struct PathChunk {
   uint64_t slot = 0;
-  const int32_t* blocks = nullptr;      // the chunk's block ids
-  uint32_t first_block = 0;             // where they start in the batch's block-id array
+  const int32_t* blocks = nullptr;      // the chunk's block ids, from the one with its first token
+  gpu::ChunkSpan span;                  // its first token's place in that block; the tokens that move
+  uint32_t first_block = 0;             // where its block ids start in the batch's block-id array
   std::atomic<int> error{0};            // the chunk's first error; later layers skip it
   std::span<const uint64_t> expected;   // load: the per-layer checksums of its commit record
   std::vector<uint64_t> sums;           // store: the per-layer checksums, filled by the path

@@ -61,9 +61,10 @@ class RunBase : public PathRun {
 std::vector<std::pair<uint64_t, uint64_t>> per_block_ranges(const KvBinding& kv);
 
 // The checksum (kernels/layer_sum.hpp) of a chunk-layer extent as it lies on disk, read from
-// host-memory blocks; and the sum of the terms of its pages in [lo, hi) (whole pages).
-uint64_t extent_checksum(const KvBinding& kv, uint32_t layer, const int32_t* blocks);
-uint64_t extent_terms(const KvBinding& kv, uint32_t layer, const int32_t* blocks, uint64_t lo, uint64_t hi);
+// host-memory blocks (the tokens the chunk's span leaves out as zeros: a store's); and the sum
+// of the terms of its pages in [lo, hi) (whole pages).
+uint64_t extent_checksum(const KvBinding& kv, uint32_t layer, const PathChunk& c);
+uint64_t extent_terms(const KvBinding& kv, uint32_t layer, const PathChunk& c, uint64_t lo, uint64_t hi);
 
 // Pinned host memory the copy kernels of one batch read: the chunks' block ids, then per layer
 // one ChunkCopy per chunk, a status per chunk (with_status) and checksum terms per chunk (loads
@@ -146,7 +147,7 @@ class IoRun : public RunBase {
 
  protected:
   // ranges: the object bytes of a chunk-layer that one I/O each moves. staging: null when
-  // every I/O goes straight to the blocks.
+  // every I/O goes straight to the blocks (see staged()).
   IoRun(const PathParts& parts, bool load, std::deque<PathChunk>& chunks, PathSink& sink,
         std::vector<std::pair<uint64_t, uint64_t>> ranges, Staging* staging, Backend& backend);
 
@@ -155,6 +156,11 @@ class IoRun : public RunBase {
   // On an I/O thread after a whole read: check and move the bytes on; returns res, or -EBADMSG
   // for a checksum mismatch, or -errno.
   virtual int64_t read_over(LayerOp& op, int64_t res) = 0;
+  // Whether chunk i's I/Os go through staging (else straight to the blocks).
+  virtual bool staged(uint32_t i) const {
+    (void)i;
+    return staging_ != nullptr;
+  }
   // Whether a load's staging stays held after its op (until its wave's copy kernel ran).
   virtual bool holds_staging() const { return false; }
   // A load that holds staging: every op of wave `w` is over. Queues its copies and ends with

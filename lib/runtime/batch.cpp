@@ -69,17 +69,25 @@ void Batch::add(const tutti_request* reqs, size_t n) {
     size_t end = r.token_end == TUTTI_TOKENS_ALL ? r.num_tokens : r.token_end;
     TUTTI_EXPECT(end <= r.num_tokens, at() + "token_end " + std::to_string(end) + " is past num_tokens " +
                                           std::to_string(r.num_tokens) + " (TUTTI_TOKENS_ALL asks for the whole prompt)");
-    TUTTI_EXPECT(r.token_begin % ct == 0,
-                 at() + "token_begin " + std::to_string(r.token_begin) + " is not a multiple of chunk_tokens " + std::to_string(ct));
     TUTTI_EXPECT(r.token_begin <= end, at() + "token_begin is past token_end");
-    end -= end % ct;  // whole chunks only
-    const size_t first = r.token_begin / ct, count = end > r.token_begin ? (end - r.token_begin) / ct : 0;
-    const size_t need_blocks = end / kv.block_tokens();
+    // A load moves exactly [begin, end) (TUTTI_TOKENS_ALL: every whole chunk); a store writes
+    // the whole chunks that hold its tokens, from the start of the chunk with token_begin.
+    if (!is_load() || r.token_end == TUTTI_TOKENS_ALL) end -= end % ct;
+    end = std::max(end, r.token_begin);  // nothing whole past token_begin: an empty range
+    const size_t first = r.token_begin / ct;
+    const size_t count = end > r.token_begin ? (end - first * ct + ct - 1) / ct : 0;
+    if (rt_->config().io_mode == IoMode::kPerBlockBaseline)
+      TUTTI_EXPECT_CODE(count == 0 || (r.token_begin % ct == 0 && end % ct == 0), TUTTI_EUNSUPPORTED,
+                        at() + "io_mode=per-block-baseline moves whole chunks only: token_begin and token_end must "
+                               "be multiples of chunk_tokens (" + std::to_string(ct) + ")");
+    const size_t bt = kv.block_tokens();
+    const size_t need_blocks = (end + bt - 1) / bt;
     if (count) {
       TUTTI_EXPECT(r.block_table != nullptr, at() + "block_table is NULL");
       TUTTI_EXPECT(r.num_block_ids >= need_blocks, at() + "block_table has " + std::to_string(r.num_block_ids) +
                                                        " entries, the range needs " + std::to_string(need_blocks));
-      for (size_t j = r.token_begin / kv.block_tokens(); j < need_blocks; ++j)
+      // The blocks of the tokens that move: a load's from token_begin, a store's from its first chunk.
+      for (size_t j = (is_load() ? r.token_begin : first * ct) / bt; j < need_blocks; ++j)
         TUTTI_EXPECT(r.block_table[j] >= 0 && static_cast<uint32_t>(r.block_table[j]) < kv.num_blocks(),
                      at() + "block id " + std::to_string(r.block_table[j]) + " at block_table[" + std::to_string(j) +
                          "] is outside [0, " + std::to_string(kv.num_blocks()) + ")");
@@ -87,7 +95,9 @@ void Batch::add(const tutti_request* reqs, size_t n) {
     Request q;
     q.r = r;
     q.first_chunk = first;
-    auto keys = chunk_keys(rt_->root(r.salt, r.salt_len), r.tokens, end, ct);
+    q.end = end;
+    // (a load's last chunk may reach past the prompt: no key, a miss)
+    auto keys = chunk_keys(rt_->root(r.salt, r.salt_len), r.tokens, std::min((first + count) * ct, r.num_tokens), ct);
     q.prefix.assign(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(std::min(first, keys.size())));
     q.keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(std::min(first, keys.size())), keys.end());
     q.status.assign(count, 0);
@@ -117,16 +127,22 @@ void Batch::plan() {
   // failed chunk; finish() marks the rest.
   for (uint32_t ri = 0; ri < reqs_.size(); ++ri) {
     Request& q = reqs_[ri];
-    for (uint32_t c = 0; c < q.keys.size(); ++c) {
-      const int32_t* blocks = q.r.block_table + (q.first_chunk + c) * ct / kv.block_tokens();
+    for (uint32_t c = 0; c < q.status.size(); ++c) {
+      const size_t start = (q.first_chunk + c) * ct, bt = kv.block_tokens();
+      const int32_t* blocks = q.r.block_table + start / bt;
+      gpu::ChunkSpan span;
+      span.tok0 = static_cast<uint32_t>(start % bt);
+      span.lo = static_cast<uint32_t>(std::max(q.r.token_begin, start) - start);
+      span.hi = static_cast<uint32_t>(std::min(q.end, start + ct) - start);
+      if (!is_load()) span.lo = 0;  // a store writes its chunks whole
       if (is_load()) {
-        auto slot = index.pin(q.keys[c]);
+        auto slot = c < q.keys.size() ? index.pin(q.keys[c]) : std::nullopt;
         if (!slot) {
           q.status[c] = TUTTI_ENOENT;
           break;
         }
         PathChunk& it = chunks_.emplace_back();
-        it.slot = *slot, it.blocks = blocks, it.expected = index.layer_sums(*slot);
+        it.slot = *slot, it.blocks = blocks, it.span = span, it.expected = index.layer_sums(*slot);
         owners_.push_back(Owner{ri, c, false});
       } else {
         if (c == 0)  // the chunks this request's chain starts from stay while it is stored
@@ -146,7 +162,7 @@ void Batch::plan() {
           break;
         }
         PathChunk& it = chunks_.emplace_back();
-        it.slot = a.slot, it.blocks = blocks;
+        it.slot = a.slot, it.blocks = blocks, it.span = span;
         it.sums.assign(layers_, 0);
         owners_.push_back(Owner{ri, c, a.reused});
       }
@@ -453,7 +469,8 @@ tutti_result Batch::result(size_t request) {
   r.chunks_ok = static_cast<uint32_t>(std::find_if(q.status.begin(), q.status.end(), [](int s) { return s != 0; }) -
                                       q.status.begin());
   r.status = r.chunks_ok < r.chunks ? q.status[r.chunks_ok] : 0;
-  r.tokens = size_t{r.chunks_ok} * rt_->config().chunk_tokens;
+  const size_t reached = std::min(q.end, (q.first_chunk + r.chunks_ok) * rt_->config().chunk_tokens);
+  r.tokens = reached > q.r.token_begin ? reached - q.r.token_begin : 0;
   return r;
 }
 

@@ -58,6 +58,7 @@ class Batch final : public Scheduled, private PathSink {
   struct Request {
     tutti_request r;
     size_t first_chunk = 0;            // token_begin / chunk_tokens
+    size_t end = 0;                    // of the tokens it moves (a store's: its last whole chunk's)
     std::vector<Key> keys;             // of the chunks in range
     std::vector<Key> prefix;           // of the chunks before it (a store pins those present)
     std::vector<int> status;           // per chunk in range

@@ -32,6 +32,8 @@ Plan make_plan(const Config& cfg, BackendKind opened, const KvBinding& kv) {
                     "backend " + named + " loads into host memory (GPU memory needs the GPU producer, not built yet)");
   TUTTI_EXPECT_CODE(!(passthru || nvme) || !per_block, TUTTI_EUNSUPPORTED,
                     "backend " + named + " moves whole extents (io_mode=object)");
+  TUTTI_EXPECT_CODE(!per_block || kv.shape().chunk_tokens % kv.block_tokens() == 0, TUTTI_EUNSUPPORTED,
+                    "io_mode=per-block-baseline moves whole blocks: chunk_tokens must be a multiple of block_tokens");
   if (cuda && per_block) {
     // The baseline copies each block's K (V) whole: it must lie contiguous in the block.
     TUTTI_EXPECT_CODE(kv.copy_layout().run_kind == gpu::kRunBlock, TUTTI_EUNSUPPORTED,

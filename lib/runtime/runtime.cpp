@@ -152,13 +152,16 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   if (b == BackendKind::kDram) dram_pool = std::make_unique<DramPool>(*pool, device.get());
 
   // Staging buffers hold one I/O each: a chunk-layer extent, or one block's K or V. The copy
-  // kernels of mapped-cuda need none: they read and write the mapped pool itself.
+  // kernels of mapped-cuda need none: they read and write the mapped pool itself. With vectored
+  // I/O into the blocks, only the chunks that do not move whole (a range that starts or ends
+  // inside one, or starts inside a block) go through staging: a few buffers are enough.
   std::unique_ptr<Staging> staging;
   gpu::HostPin staging_pin;  // a registration that fails below leaves nothing pinned
-  if (!plan.direct && plan.load != PathKind::kMappedCuda) {
+  if (plan.load != PathKind::kMappedCuda) {
     const uint64_t op_bytes =
         cfg_.io_mode == IoMode::kObject ? shape.layer_bytes() : shape.token_bytes() * binding->block_tokens();
-    staging = std::make_unique<Staging>(std::max(cfg_.staging, op_bytes), op_bytes);
+    const uint64_t bytes = plan.direct ? std::min(cfg_.staging, 16 * op_bytes) : cfg_.staging;
+    staging = std::make_unique<Staging>(std::max(bytes, op_bytes), op_bytes);
     // The copy kernels read and write staging in place, over PCIe.
     if (device) {
       staging_pin = gpu::HostPin(*device, staging->arena(), staging->arena_bytes());

@@ -43,8 +43,11 @@ static void make_cases(void) {
     th_kv_spec* s = &c->spec;
     *s = th_spec_default();
     s->num_layers = 2 + (uint32_t)th_rand_below(&rng, 5);
-    /* direct_to_blocks=on needs 4 KiB blocks: 16 or 32 tokens of 2 heads x 128 bytes */
+    /* direct_to_blocks=on needs 4 KiB blocks: 16 or 32 tokens of 2 heads x 128 bytes; the
+     * object mode takes any block size (12 and 48 divide no chunk size; 48 exceeds 32) */
+    static const uint32_t any_bts[] = {12, 48};
     s->block_tokens = d == 0 ? bts[1 + th_rand_below(&rng, 2)] : bts[th_rand_below(&rng, 3)];
+    if (d != 0 && !(i & 2) && ((i >> 2) + i) % 2 == 0) s->block_tokens = any_bts[(i >> 3) & 1];
     /* pools hold token-major chunks: only NHD blocks can be read into directly */
     s->hnd = d == 0 ? 0 : (int)th_rand_below(&rng, 2);
     s->fused = (i >> 3) & 1;
@@ -148,11 +151,11 @@ static void test_roundtrip(void** state) {
   TH_EQ(th_lookup(rt, &p1), 3 * ct);
   TH_EQ(th_lookup(rt, &p2), 2 * ct);
 
-  /* zero everything, load p1 ([0, n1) rounds down to 3 chunks) into fresh blocks, and check
-   * each layer as soon as wait_layer returns for it */
+  /* zero everything, load p1's whole chunks into fresh blocks, and check each layer as soon as
+   * wait_layer returns for it */
   th_kv_poison(kv);
   th_kv_expect(kv, &p1, l1, 0, 3 * ct);
-  r = th_request(&p1, l1, nb1, 0, p1.n);
+  r = th_request(&p1, l1, nb1, 0, TUTTI_TOKENS_ALL);
   TH_OK(tutti_batch_create(rt, TUTTI_OP_LOAD, &b));
   TH_OK(tutti_batch_add(b, &r, 1));
   TH_OK(tutti_batch_submit(b));
@@ -189,6 +192,31 @@ static void test_roundtrip(void** state) {
   TH_CHECK(kv, &p2, l2, ct, 2 * ct);
   TH_VERIFY_ALL(kv); /* nothing else (other blocks, padding, tokens < ct) was touched */
   th_load_and_check(rt, kv, &p2, l2, nb2, 2 * ct); /* whole, without wait_layer */
+
+  if (strcmp(c->io_mode, "object") == 0) {
+    /* a range that starts and ends inside chunks moves exactly its tokens: the rows before and
+     * after it in the same blocks keep what they held */
+    size_t lo = 1 + th_rand_below(&rng, ct - 1), hi = ct + 1 + th_rand_below(&rng, ct - 1);
+    th_kv_poison_blocks(kv, l2, nb2);
+    th_kv_expect(kv, &p2, l2, lo, hi);
+    r = th_request(&p2, l2, nb2, lo, hi);
+    TH_OK(th_batch_run(rt, TUTTI_OP_LOAD, &r, 1, &res, 1, spec.num_layers));
+    TH_EQ(res.status, 0);
+    TH_EQ(res.chunks, 2);
+    TH_EQ(res.tokens, hi - lo);
+    TH_CHECK(kv, &p2, l2, lo, hi);
+    TH_VERIFY_ALL(kv);
+    /* p1's tokens past its whole chunks are not in the pool: that chunk misses, the others land */
+    th_kv_poison_blocks(kv, l1, nb1);
+    th_kv_expect(kv, &p1, l1, 0, 3 * ct);
+    r = th_request(&p1, l1, nb1, 0, p1.n);
+    TH_EQ(th_batch_run(rt, TUTTI_OP_LOAD, &r, 1, &res, 0, 0), TUTTI_ENOENT);
+    TH_EQ(res.status, TUTTI_ENOENT);
+    TH_EQ(res.chunks, 4);
+    TH_EQ(res.chunks_ok, 3);
+    TH_EQ(res.tokens, 3 * ct);
+    TH_CHECK(kv, &p1, l1, 0, 3 * ct);
+  }
 
   /* statistics */
   uint64_t chunk_bytes = (uint64_t)ct * spec.num_kv_heads * spec.head_dim * spec.elem_bytes *

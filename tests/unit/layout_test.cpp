@@ -1,7 +1,9 @@
 // Object geometry and the block <-> object mapping of the binding.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "binding/kv_binding.hpp"
@@ -60,7 +62,7 @@ TEST_P(BindingTest, GatherScatterRoundTrip) {
   KvBinding kv(l, ct);
   int32_t table[2] = {5, 2};  // chunk = blocks 5 then 2
   AlignedBuffer obj(kv.shape().layer_bytes());
-  kv.gather(1, table, 0, kv.shape().layer_bytes(), obj.data());
+  kv.gather(1, table, gpu::ChunkSpan{0, 0, ct}, 0, kv.shape().layer_bytes(), obj.data());
   // Token t, head h, of K lies at (t*heads + h)*row in the object.
   const uint64_t row = dim * eb;
   for (uint32_t t = 0; t < ct; ++t)
@@ -70,7 +72,7 @@ TEST_P(BindingTest, GatherScatterRoundTrip) {
     }
   std::vector<uint8_t> before(p, p + mem.size());
   std::memset(p + 2 * per_side, 0, 2 * per_side);  // wipe layer 1
-  kv.scatter(1, table, 0, kv.shape().layer_bytes(), obj.data());
+  kv.scatter(1, table, gpu::ChunkSpan{0, 0, ct}, 0, kv.shape().layer_bytes(), obj.data());
   for (uint32_t side = 0; side < 2; ++side)
     for (int32_t b : table)
       ASSERT_EQ(std::memcmp(p + 2 * per_side + side * per_side + b * l.block_stride,
@@ -78,6 +80,71 @@ TEST_P(BindingTest, GatherScatterRoundTrip) {
 }
 
 INSTANTIATE_TEST_SUITE_P(NhdHnd, BindingTest, ::testing::Values(0, 1));
+
+// Any block size against any chunk size (smaller, not dividing, larger), and spans that move
+// only some of a chunk's tokens: a gather puts exactly the span's rows in the object and zeros
+// elsewhere; a scatter writes exactly the span's rows and not one byte more.
+TEST(Binding, AnyBlockSizeAndSpans) {
+  const uint32_t layers = 1, heads = 2, dim = 8, eb = 2, ct = 8, blocks = 16;
+  const uint64_t row = dim * eb;
+  for (int hnd = 0; hnd < 2; ++hnd)
+    for (uint32_t bt : {1u, 3u, 4u, 5u, 8u, 12u, 20u}) {
+      tutti_kv_layout l;
+      ASSERT_EQ(tutti_kv_layout_init(&l, layers, blocks, bt, heads, dim, eb, hnd), 0);
+      const uint64_t per_side = uint64_t{blocks} * l.block_stride;
+      AlignedBuffer mem(2 * per_side);
+      auto* p = reinterpret_cast<uint8_t*>(mem.data());
+      for (size_t i = 0; i < mem.size(); ++i) p[i] = static_cast<uint8_t>(i * 131 + 7);
+      void* k[1] = {p};
+      l.k_base = k;
+      l.v_offset = per_side;
+      KvBinding kv(l, ct);
+      // The prompt's block table: block i holds tokens [i*bt, (i+1)*bt).
+      std::vector<int32_t> table(blocks);
+      for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>((i * 7 + 3) % blocks);
+      auto at = [&](uint32_t side, uint64_t token, uint32_t h) {
+        return p + side * per_side + table[token / bt] * l.block_stride + (token % bt) * l.token_stride + h * l.head_stride;
+      };
+      const uint32_t chunks = std::min<uint32_t>(blocks * bt / ct, 4);
+      for (uint32_t c = 0; c < chunks; ++c)
+        for (auto [lo, hi] : {std::pair{0u, ct}, std::pair{3u, ct}, std::pair{0u, 5u}, std::pair{2u, 7u}}) {
+          const uint64_t start = uint64_t{c} * ct;
+          const gpu::ChunkSpan span{static_cast<uint32_t>(start % bt), lo, hi};
+          const int32_t* cb = table.data() + start / bt;
+          ASSERT_LE(start / bt + kv.blocks_of(span), table.size());
+          SCOPED_TRACE("hnd " + std::to_string(hnd) + " block_tokens " + std::to_string(bt) + " chunk " +
+                       std::to_string(c) + " tokens [" + std::to_string(lo) + ", " + std::to_string(hi) + ")");
+          AlignedBuffer obj(kv.shape().layer_bytes());
+          std::memset(obj.data(), 0xee, obj.size());
+          kv.gather(0, cb, span, 0, kv.shape().layer_bytes(), obj.data());
+          const auto* o = reinterpret_cast<const uint8_t*>(obj.data());
+          for (uint32_t side = 0; side < 2; ++side)
+            for (uint32_t t = 0; t < ct; ++t)
+              for (uint32_t h = 0; h < heads; ++h) {
+                const uint8_t* got = o + side * kv.shape().v_offset() + (t * heads + h) * row;
+                if (t >= lo && t < hi) {
+                  ASSERT_EQ(std::memcmp(got, at(side, start + t, h), row), 0) << "t=" << t;
+                } else {
+                  for (uint64_t b = 0; b < row; ++b) ASSERT_EQ(got[b], 0) << "t=" << t;
+                }
+              }
+          // Scatter a fresh object: the span's rows change, nothing else does.
+          std::vector<uint8_t> fresh(kv.shape().layer_bytes());
+          for (size_t i = 0; i < fresh.size(); ++i) fresh[i] = static_cast<uint8_t>(i * 29 + c + 1);
+          std::memcpy(obj.data(), fresh.data(), fresh.size());
+          std::vector<uint8_t> before(p, p + mem.size());
+          kv.scatter(0, cb, span, 0, kv.shape().layer_bytes(), obj.data());
+          std::vector<uint8_t> expect = before;
+          for (uint32_t side = 0; side < 2; ++side)
+            for (uint32_t t = lo; t < hi; ++t)
+              for (uint32_t h = 0; h < heads; ++h)
+                std::memcpy(expect.data() + (at(side, start + t, h) - p),
+                            fresh.data() + side * kv.shape().v_offset() + (t * heads + h) * row, row);
+          ASSERT_EQ(std::memcmp(p, expect.data(), expect.size()), 0);
+          std::memcpy(p, before.data(), before.size());
+        }
+    }
+}
 
 TEST(Binding, DirectNeedsAlignedBlocks) {
   tutti_kv_layout l;
