@@ -45,12 +45,33 @@ void Index::touch(uint64_t slot) {
 }
 
 size_t Index::match_prefix(const std::vector<Key>& keys) {
+  size_t tail = 0;
+  return match_prefix(keys, {}, &tail);
+}
+
+size_t Index::match_prefix(const std::vector<Key>& keys, const std::function<std::vector<Key>(size_t)>& tails,
+                           size_t* tail) {
   std::lock_guard lock(mu_);
+  auto committed = [&](const Key& k) -> std::optional<uint64_t> {
+    auto it = map_.find(k);
+    if (it == map_.end() || slots_[it->second].state != State::kCommitted) return std::nullopt;
+    return it->second;
+  };
   std::vector<uint64_t> hit;
   for (const Key& k : keys) {
-    auto it = map_.find(k);
-    if (it == map_.end() || slots_[it->second].state != State::kCommitted) break;
-    hit.push_back(it->second);
+    auto slot = committed(k);
+    if (!slot) break;
+    hit.push_back(*slot);
+  }
+  *tail = 0;
+  if (tails) {
+    const std::vector<Key> t = tails(hit.size());
+    for (size_t i = t.size(); i-- > 0;)
+      if (auto slot = committed(t[i])) {
+        touch(*slot);
+        *tail = i + 1;
+        break;
+      }
   }
   for (auto s = hit.rbegin(); s != hit.rend(); ++s) touch(*s);
   return hit.size();

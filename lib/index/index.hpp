@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <condition_variable>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -28,6 +29,10 @@ class Index {
   // How many of `keys` (from the first) are committed; marks them recently used, the first
   // most recently: evicting a prefix would orphan every chunk after it.
   size_t match_prefix(const std::vector<Key>& keys);
+  // The same, then of tails(matched) — the keys of the partial chunks that may follow the
+  // matched ones, shortest first — the longest committed: *tail is its index + 1, or 0. It is
+  // marked used before the prefix, so it goes before the chunks it follows.
+  size_t match_prefix(const std::vector<Key>& keys, const std::function<std::vector<Key>(size_t)>& tails, size_t* tail);
 
   // Pins the committed slot of `key`; nullopt if absent.
   std::optional<uint64_t> pin(const Key& key);

@@ -11,6 +11,7 @@ namespace {
 // Distinct seeds keep a root key from ever equalling a chunk key of the same bytes.
 constexpr uint64_t kRootSeed = 0x7475747469726f6full;   // "tuttiroo"
 constexpr uint64_t kChunkSeed = 0x74757474696b6579ull;  // "tuttikey"
+constexpr uint64_t kPartialSeed = 0x7475747469706172ull;  // "tuttipar": a partial chunk is never a whole one
 
 Key from_xxh(XXH128_hash_t h) { return Key{h.low64, h.high64}; }
 
@@ -18,6 +19,23 @@ void put_u64(XXH3_state_t* s, uint64_t v) {
   unsigned char b[8];
   for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>(v >> (8 * i));
   XXH3_128bits_update(s, b, 8);
+}
+
+// Token ids are hashed as little-endian int32 so keys match across hosts.
+void put_tokens(XXH3_state_t* s, const int32_t* tokens, size_t count) {
+  unsigned char buf[4 * 256];
+  size_t i = 0;
+  while (i < count) {
+    size_t n = 0;
+    for (; n < 256 && i < count; ++n, ++i) {
+      uint32_t t = static_cast<uint32_t>(tokens[i]);
+      buf[4 * n + 0] = static_cast<unsigned char>(t);
+      buf[4 * n + 1] = static_cast<unsigned char>(t >> 8);
+      buf[4 * n + 2] = static_cast<unsigned char>(t >> 16);
+      buf[4 * n + 3] = static_cast<unsigned char>(t >> 24);
+    }
+    XXH3_128bits_update(s, buf, 4 * n);
+  }
 }
 
 }  // namespace
@@ -41,21 +59,29 @@ Key chunk_key(const Key& parent, const int32_t* tokens, size_t count) {
   XXH3_128bits_reset_withSeed(s, kChunkSeed);
   put_u64(s, parent.lo);
   put_u64(s, parent.hi);
-  // Token ids are hashed as little-endian int32 so keys match across hosts.
-  unsigned char buf[4 * 256];
-  size_t i = 0;
-  while (i < count) {
-    size_t n = 0;
-    for (; n < 256 && i < count; ++n, ++i) {
-      uint32_t t = static_cast<uint32_t>(tokens[i]);
-      buf[4 * n + 0] = static_cast<unsigned char>(t);
-      buf[4 * n + 1] = static_cast<unsigned char>(t >> 8);
-      buf[4 * n + 2] = static_cast<unsigned char>(t >> 16);
-      buf[4 * n + 3] = static_cast<unsigned char>(t >> 24);
-    }
-    XXH3_128bits_update(s, buf, 4 * n);
-  }
+  put_tokens(s, tokens, count);
   return from_xxh(XXH3_128bits_digest(s));
+}
+
+Key partial_key(const Key& parent, const int32_t* tokens, size_t count) {
+  const auto keys = partial_keys(parent, tokens, count, count ? count : 1);
+  return keys.empty() ? Key{} : keys.back();
+}
+
+std::vector<Key> partial_keys(const Key& parent, const int32_t* tokens, size_t count, size_t granule) {
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_state_t* s = &state;
+  XXH3_128bits_reset_withSeed(s, kPartialSeed);
+  put_u64(s, parent.lo);
+  put_u64(s, parent.hi);
+  std::vector<Key> keys;
+  keys.reserve(count / granule);
+  for (size_t n = granule; n <= count; n += granule) {
+    put_tokens(s, tokens + n - granule, granule);
+    keys.push_back(from_xxh(XXH3_128bits_digest(s)));  // a digest leaves the state going on
+  }
+  return keys;
 }
 
 std::vector<Key> chunk_keys(const Key& root, const int32_t* tokens, size_t num_tokens,

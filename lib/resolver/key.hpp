@@ -24,6 +24,12 @@ struct KeyHash {
 Key root_key(std::string_view ns, const void* salt, size_t salt_len);
 Key chunk_key(const Key& parent, const int32_t* tokens, size_t count);
 
+// A partial chunk: the tail of a prompt, fewer tokens than a chunk, stored in a slot of its
+// own under H(parent, its tokens) with another seed than whole chunks. partial_keys gives the
+// keys of tokens[0, granule), [0, 2 * granule), ... up to `count` tokens, in one pass.
+Key partial_key(const Key& parent, const int32_t* tokens, size_t count);
+std::vector<Key> partial_keys(const Key& parent, const int32_t* tokens, size_t count, size_t granule);
+
 // Keys of the first `max_chunks` full chunks of a prompt.
 std::vector<Key> chunk_keys(const Key& root, const int32_t* tokens, size_t num_tokens,
                             size_t chunk_tokens, size_t max_chunks = SIZE_MAX);

@@ -59,7 +59,7 @@ void Batch::add(const tutti_request* reqs, size_t n) {
   TUTTI_EXPECT_CODE(state_ == State::kBuilding, TUTTI_ESTATE, "requests can only be added before submit");
   TUTTI_EXPECT(reqs != nullptr || n == 0, "reqs is NULL");
   const KvBinding& kv = rt_->binding();
-  const size_t ct = rt_->config().chunk_tokens;
+  const size_t ct = rt_->config().chunk_tokens, g = rt_->config().partial_granule();
   std::vector<Request> added;
   for (size_t i = 0; i < n; ++i) {
     const tutti_request& r = reqs[i];
@@ -70,9 +70,15 @@ void Batch::add(const tutti_request* reqs, size_t n) {
     TUTTI_EXPECT(end <= r.num_tokens, at() + "token_end " + std::to_string(end) + " is past num_tokens " +
                                           std::to_string(r.num_tokens) + " (TUTTI_TOKENS_ALL asks for the whole prompt)");
     TUTTI_EXPECT(r.token_begin <= end, at() + "token_begin is past token_end");
-    // A load moves exactly [begin, end) (TUTTI_TOKENS_ALL: every whole chunk); a store writes
-    // the whole chunks that hold its tokens, from the start of the chunk with token_begin.
-    if (!is_load() || r.token_end == TUTTI_TOKENS_ALL) end -= end % ct;
+    // A load moves exactly [begin, end) (TUTTI_TOKENS_ALL: every whole chunk). A store writes
+    // the chunks that hold its tokens, from the start of the chunk with token_begin, whole, and
+    // where it ends inside one, that chunk's tokens in multiples of partial_tokens as a partial
+    // chunk (not with TUTTI_TOKENS_ALL).
+    size_t tail = 0;
+    if (!is_load() || r.token_end == TUTTI_TOKENS_ALL) {
+      if (!is_load() && r.token_end != TUTTI_TOKENS_ALL && g) tail = end % ct / g * g;
+      end = end - end % ct + tail;
+    }
     end = std::max(end, r.token_begin);  // nothing whole past token_begin: an empty range
     const size_t first = r.token_begin / ct;
     const size_t count = end > r.token_begin ? (end - first * ct + ct - 1) / ct : 0;
@@ -94,10 +100,18 @@ void Batch::add(const tutti_request* reqs, size_t n) {
     }
     Request q;
     q.r = r;
+    q.root = rt_->root(r.salt, r.salt_len);
     q.first_chunk = first;
     q.end = end;
-    // (a load's last chunk may reach past the prompt: no key, a miss)
-    auto keys = chunk_keys(rt_->root(r.salt, r.salt_len), r.tokens, std::min((first + count) * ct, r.num_tokens), ct);
+    // Whole chunks' keys as far as the prompt has their tokens: a load's last chunk may reach
+    // past it (plan looks for a partial chunk there).
+    auto keys = chunk_keys(q.root, r.tokens, std::min((first + count) * ct, r.num_tokens), ct);
+    if (count && tail && end > r.token_begin) {  // the store's last chunk is a partial one
+      const size_t last = first + count - 1;
+      if (keys.size() > last) q.tail_whole = keys[last];  // the prompt's whole chunk there
+      keys.resize(last);
+      keys.push_back(partial_key(last ? keys[last - 1] : q.root, r.tokens + last * ct, tail));
+    }
     q.prefix.assign(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(std::min(first, keys.size())));
     q.keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(std::min(first, keys.size())), keys.end());
     q.status.assign(count, 0);
@@ -122,7 +136,7 @@ void Batch::plan() {
   if (!is_load()) rt_->expire_leases();  // before claiming slots: expired pins are evictable
   Index& index = rt_->index();
   const KvBinding& kv = rt_->binding();
-  const size_t ct = rt_->config().chunk_tokens;
+  const size_t ct = rt_->config().chunk_tokens, g = rt_->config().partial_granule();
   // Pin what we load, claim slots for what we store. Planning a request stops at its first
   // failed chunk; finish() marks the rest.
   for (uint32_t ri = 0; ri < reqs_.size(); ++ri) {
@@ -136,7 +150,13 @@ void Batch::plan() {
       span.hi = static_cast<uint32_t>(std::min(q.end, start + ct) - start);
       if (!is_load()) span.lo = 0;  // a store writes its chunks whole
       if (is_load()) {
-        auto slot = c < q.keys.size() ? index.pin(q.keys[c]) : std::nullopt;
+        std::optional<uint64_t> slot;
+        if (c < q.keys.size()) slot = index.pin(q.keys[c]);
+        if (!slot && span.hi < ct && g) {  // a range that ends inside the chunk: a partial one holds it
+          const Key parent = start == 0 ? q.root : c ? q.keys[c - 1] : q.prefix.back();
+          const auto tails = partial_keys(parent, q.r.tokens + start, std::min(q.r.num_tokens - start, ct - 1), g);
+          for (size_t t = (span.hi + g - 1) / g - 1; t < tails.size() && !slot; ++t) slot = index.pin(tails[t]);
+        }
         if (!slot) {
           q.status[c] = TUTTI_ENOENT;
           break;
@@ -148,6 +168,11 @@ void Batch::plan() {
         if (c == 0)  // the chunks this request's chain starts from stay while it is stored
           for (const Key& k : q.prefix)
             if (auto slot = index.pin(k)) held_.push_back(*slot);
+        if (c + 1 == q.keys.size() && q.tail_whole)  // a partial chunk whose whole one is stored: nothing to add
+          if (auto slot = index.pin(*q.tail_whole)) {
+            held_.push_back(*slot);
+            continue;
+          }
         auto a = index.allocate(q.keys[c]);
         if (a.claim == Index::Claim::kPresent) {
           held_.push_back(a.slot);  // pinned: making room for later chunks must not evict it

@@ -10,6 +10,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,7 +59,9 @@ class Batch final : public Scheduled, private PathSink {
   struct Request {
     tutti_request r;
     size_t first_chunk = 0;            // token_begin / chunk_tokens
-    size_t end = 0;                    // of the tokens it moves (a store's: its last whole chunk's)
+    size_t end = 0;                    // of the tokens it moves (a store's: its last chunk's)
+    Key root;                          // of its chunk keys (namespace and salt)
+    std::optional<Key> tail_whole;     // store ending in a partial chunk: the whole chunk's key there
     std::vector<Key> keys;             // of the chunks in range
     std::vector<Key> prefix;           // of the chunks before it (a store pins those present)
     std::vector<int> status;           // per chunk in range

@@ -13,7 +13,8 @@ const std::vector<OptionInfo>& option_table() {
   static const std::vector<OptionInfo> table = {
       {"pool", "./tutti.pool", "pool file URI (file:///path?size=64G or a path); repeat, or comma-separate in TUTTI_POOL, to stripe"},
       {"capacity", "8G", "total size of newly created pool files without ?size="},
-      {"chunk_tokens", "256", "tokens per stored chunk (a multiple of the block size)"},
+      {"chunk_tokens", "256", "tokens per stored chunk (any block size)"},
+      {"partial_tokens", "16", "a store whose range ends inside a chunk also stores that chunk's tokens, in multiples of this, as a partial chunk (0: whole chunks only)"},
       {"backend", "auto", "auto | uring | posix | gpu-uring | cufile | dram | passthru | nvme (auto: nvme, else passthru, for a pool on NVMe in host memory; else uring, or posix on tmpfs)"},
       {"namespace", "", "salt mixed into every chunk key"},
       {"io_mode", "object", "object | per-block-baseline (one I/O per block and K/V; for comparison only)"},
@@ -80,6 +81,8 @@ void apply(Config& c, const std::string& key, const std::string& v) {
     c.capacity = size_of(key, v, 1, UINT64_MAX);
   } else if (key == "chunk_tokens") {
     c.chunk_tokens = count_of(key, v, 1, 1u << 20);
+  } else if (key == "partial_tokens") {
+    c.partial_tokens = count_of(key, v, 0, 1u << 20);
   } else if (key == "backend") {
     try {
       c.backend = backend_named(v);

@@ -254,16 +254,25 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   lookup_server_ = std::move(lookup_server);
 }
 
+std::vector<Key> Runtime::tail_keys(const Key& root, const std::vector<Key>& keys, size_t whole, const int32_t* tokens,
+                                   size_t n) const {
+  const size_t ct = cfg_.chunk_tokens, g = cfg_.partial_granule(), start = whole * ct;
+  if (!g || n <= start) return {};
+  return partial_keys(whole ? keys[whole - 1] : root, tokens + start, std::min(n - start, size_t{ct} - 1), g);
+}
+
 size_t Runtime::lookup(const int32_t* tokens, size_t n, const void* salt, size_t salt_len) {
   require_registered();
   TUTTI_EXPECT(tokens != nullptr || n == 0, "tokens is NULL");
   TUTTI_EXPECT(salt != nullptr || salt_len == 0, "salt is NULL but salt_len is not 0");
-  auto keys = chunk_keys(root(salt, salt_len), tokens, n, cfg_.chunk_tokens);
-  size_t hit = index_->match_prefix(keys);
+  const Key root = this->root(salt, salt_len);
+  auto keys = chunk_keys(root, tokens, n, cfg_.chunk_tokens);
+  size_t tail = 0;
+  size_t hit = index_->match_prefix(keys, [&](size_t whole) { return tail_keys(root, keys, whole, tokens, n); }, &tail);
   counters_.lookups++;
-  counters_.hit_chunks += hit;
-  if (hit < keys.size()) counters_.miss_chunks++;
-  return hit * cfg_.chunk_tokens;
+  counters_.hit_chunks += hit + (tail > 0);
+  if (hit < keys.size() || (!tail && hit * cfg_.chunk_tokens < n && cfg_.partial_granule())) counters_.miss_chunks++;
+  return hit * cfg_.chunk_tokens + tail * cfg_.partial_granule();
 }
 
 uint64_t Runtime::lookup_lease(const int32_t* tokens, size_t n, const void* salt, size_t salt_len, uint32_t ttl_ms,
@@ -273,18 +282,27 @@ uint64_t Runtime::lookup_lease(const int32_t* tokens, size_t n, const void* salt
   TUTTI_EXPECT(salt != nullptr || salt_len == 0, "salt is NULL but salt_len is not 0");
   expire_leases();
   Lease lease;
-  const auto keys = chunk_keys(root(salt, salt_len), tokens, n, cfg_.chunk_tokens);
+  const Key root = this->root(salt, salt_len);
+  const auto keys = chunk_keys(root, tokens, n, cfg_.chunk_tokens);
   for (const Key& key : keys) {
     auto slot = index_->pin(key);  // the prefix up to the first miss, as lookup counts it
     if (!slot) break;
     lease.slots.push_back(*slot);
   }
+  const size_t whole = lease.slots.size();
+  size_t tail = 0;
+  const auto tails = tail_keys(root, keys, whole, tokens, n);
+  for (size_t i = tails.size(); i-- > 0 && !tail;)  // the longest partial chunk that follows
+    if (auto slot = index_->pin(tails[i])) {
+      lease.slots.push_back(*slot);
+      tail = i + 1;
+    }
   lease.deadline = ttl_ms ? std::chrono::steady_clock::now() + std::chrono::milliseconds(ttl_ms)
                           : std::chrono::steady_clock::time_point::max();
   counters_.lookups++;
   counters_.hit_chunks += lease.slots.size();
-  if (lease.slots.size() < keys.size()) counters_.miss_chunks++;
-  *hit = lease.slots.size() * cfg_.chunk_tokens;
+  if (whole < keys.size() || (!tail && whole * cfg_.chunk_tokens < n && cfg_.partial_granule())) counters_.miss_chunks++;
+  *hit = whole * cfg_.chunk_tokens + tail * cfg_.partial_granule();
   std::lock_guard lock(leases_mu_);
   const uint64_t id = ++next_lease_;
   try {

@@ -236,6 +236,66 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GpuRoundTrip,
                                            Case{"posix", 1, true, true, "object", "512K", "256K"},
                                            Case{"uring", 0, true, false, "object", "0", "768K"}));
 
+// Ranges that start and end inside chunks, over blocks that divide the chunk (16), do not (24),
+// or are larger than it (80): a load writes exactly the range's rows into HBM, every other byte
+// of the cache stays as it was, and the checks pass (the checksum kernel reads the rows left
+// out from the chunk's staging).
+struct SpanCase {
+  const char* backend;
+  int hnd;
+  uint32_t bt;
+  bool shm = false;
+};
+
+class GpuSpans : public ::testing::TestWithParam<SpanCase> {};
+
+TEST_P(GpuSpans, LoadsExactlyTheRange) {
+  const SpanCase c = GetParam();
+  Dir dir(c.shm);
+  const uint32_t layers = 3, bt = c.bt, n = 300;
+  const uint32_t nb = (n + bt - 1) / bt, blocks = 2 * nb + 2;
+  DeviceKv kv(layers, blocks, bt, 8, 128, c.hnd);
+  int rc = 0;
+  tutti_runtime* rt = open_runtime(dir.path + "/pool", c.backend, kv.layout, true, "object", &rc);
+  if (rc == TUTTI_EUNSUPPORTED && std::string(c.backend) == "cufile") GTEST_SKIP() << tutti_last_error();
+  ASSERT_NE(rt, nullptr) << tutti_strerror(rc) << ": " << tutti_last_error();
+  std::vector<int32_t> table(blocks);
+  for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>(i);
+  std::shuffle(table.begin(), table.end(), std::mt19937(bt));
+  const int32_t* st = table.data();
+  const int32_t* ld = table.data() + nb;
+  std::vector<int32_t> tokens(n);
+  for (uint32_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>(7000 + i * 3);
+  kv.fill(tokens, st);
+  std::vector<tutti_request> reqs{whole_prompt(tokens, st, bt)};
+  ASSERT_EQ(run(rt, TUTTI_OP_STORE, reqs, layers), 0) << tutti_last_error();  // chunks of 64: 256 tokens
+  for (auto [lo, hi] : {std::pair{5u, 250u}, std::pair{64u, 100u}, std::pair{70u, 71u}, std::pair{0u, 256u}}) {
+    SCOPED_TRACE("tokens [" + std::to_string(lo) + ", " + std::to_string(hi) + ")");
+    tutti_request r = whole_prompt(tokens, ld, bt);
+    r.token_begin = lo, r.token_end = hi;
+    reqs = {r};
+    ASSERT_EQ(run(rt, TUTTI_OP_LOAD, reqs, layers), 0) << tutti_last_error();
+    EXPECT_EQ(kv.check(tokens, ld, lo, hi), "");
+    // Every byte of the cache: the reference with the range's rows written, nothing else.
+    std::vector<std::byte> expect = kv.ref;
+    std::vector<void*> host_bases;
+    const tutti_kv_layout h = kv.on_host(expect.data(), host_bases);
+    const tf_prompt p{tokens.data(), tokens.size(), 0, nullptr, ld};
+    tf_fill(&h, &p, lo, hi);
+    std::vector<std::byte> got(kv.ref.size());
+    tutti::gpu::copy_to_host(got.data(), kv.mem, got.size());
+    EXPECT_TRUE(got == expect) << "bytes outside the range changed";
+    tutti::gpu::copy_to_device(kv.mem, kv.ref.data(), kv.ref.size());  // back to the reference
+  }
+  tutti_runtime_close(rt);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GpuSpans,
+                         ::testing::Values(SpanCase{"uring", 0, 16}, SpanCase{"uring", 1, 24}, SpanCase{"posix", 0, 80},
+                                           SpanCase{"gpu-uring", 0, 24}, SpanCase{"gpu-uring", 1, 80},
+                                           SpanCase{"dram", 0, 24, true}, SpanCase{"dram", 1, 16, true},
+                                           SpanCase{"cufile", 0, 24}));
+
 // A byte flipped in a stored extent on disk: with the default checks, whichever path loads it
 // (the CPU producers, gpu-uring, dram, cufile, the per-block baseline), that chunk fails with
 // TUTTI_ECORRUPT and every other chunk lands intact. The GPU paths check where the bytes
