@@ -39,7 +39,7 @@ extern "C" {
 /* ---- Version -------------------------------------------------------------------------- */
 
 #define TUTTI_VERSION_MAJOR 0
-#define TUTTI_VERSION_MINOR 5
+#define TUTTI_VERSION_MINOR 6
 #define TUTTI_VERSION_PATCH 0
 #define TUTTI_VERSION_NUMBER \
   (TUTTI_VERSION_MAJOR * 10000 + TUTTI_VERSION_MINOR * 100 + TUTTI_VERSION_PATCH)
@@ -54,8 +54,8 @@ typedef enum tutti_error {
   TUTTI_OK = 0,
   /* An argument is invalid: a NULL handle or required pointer, an option key or value tutti does
    * not know, a layout with zero or overflowing sizes, a block id outside [0, num_blocks), a
-   * token range not on chunk boundaries or past the prompt, an op outside tutti_op, the same
-   * pool path twice. Nothing was changed. */
+   * token range past the prompt, an op outside tutti_op, the same pool path twice. Nothing
+   * was changed. */
   TUTTI_EINVAL = -1,
   /* Host memory (or pinned / staging memory) could not be allocated. */
   TUTTI_ENOMEM = -2,
@@ -66,8 +66,9 @@ typedef enum tutti_error {
   /* Creating a pool: the disk has no room for it (the new file is removed again). Storing: no
    * slot can be freed, because every one holds a chunk a batch in flight depends on. */
   TUTTI_ENOSPC = -4,
-  /* A chunk to load is not in the pool (never stored, or evicted after the lookup); a chunk to
-   * store was being stored by another batch that failed. A miss, never an I/O error. */
+  /* A chunk to load is not in the pool (never stored, or evicted after the lookup; or a range
+   * that ends past what a partial chunk holds); a chunk to store was being stored by another
+   * batch that failed. A miss, never an I/O error. */
   TUTTI_ENOENT = -5,
   /* register_kv: the pool was created for another KV shape (layers, heads, head_dim,
    * elem_bytes, chunk_tokens), or a striped pool's files disagree. */
@@ -129,7 +130,13 @@ TUTTI_API const char* tutti_last_error(void);
  *                    <dir>/tutti.pool. Default (TUTTI_POOL): ./tutti.pool
  *   capacity         total size of newly created pool files (split evenly) when a URI has no
  *                    ?size=. Default 8G. An existing pool keeps its size.
- *   chunk_tokens     tokens per stored chunk (a multiple of the block size). Default 256.
+ *   chunk_tokens     tokens per stored chunk, whatever the engine's block size (a chunk may
+ *                    start inside a block; since 0.6.0). Default 256.
+ *   partial_tokens   a store whose range ends inside a chunk also stores that chunk's tokens,
+ *                    rounded down to a multiple of this, as a partial chunk: a slot of its own
+ *                    under a key of its own, found by lookups and loads of a prompt that has
+ *                    all of its tokens. 0 (or >= chunk_tokens): whole chunks only. Default 16.
+ *                    Since 0.6.0.
  *   backend          auto | uring | posix | gpu-uring | cufile | dram | passthru | nvme.
  *                    Default auto: uring where io_uring works, except for pools on tmpfs,
  *                    where posix is faster, and for pools on an NVMe namespace with a KV cache
@@ -280,9 +287,10 @@ TUTTI_API int tutti_kv_layout_init(tutti_kv_layout* layout, uint32_t num_layers,
 TUTTI_API int tutti_runtime_register_kv(tutti_runtime* rt, const tutti_kv_layout* layout);
 
 /* ---- Lookup ----------------------------------------------------------------------------
- * How many leading tokens of the prompt are cached: a multiple of chunk_tokens (only full
- * chunks are stored). Chunk keys chain (parent key, chunk tokens, namespace, salt), so a hit
- * is always a prefix. salt may be NULL when salt_len is 0. */
+ * How many leading tokens of the prompt are cached: whole chunks, then the longest partial
+ * chunk that follows them (a multiple of partial_tokens; since 0.6.0). Chunk keys chain
+ * (parent key, chunk tokens, namespace, salt), so a hit is always a prefix. salt may be NULL
+ * when salt_len is 0. */
 TUTTI_API int tutti_lookup(tutti_runtime* rt, const int32_t* tokens, size_t num_tokens,
                            const void* salt, size_t salt_len, size_t* cached_tokens);
 
@@ -340,7 +348,7 @@ typedef enum tutti_op {
   TUTTI_OP_MAX_ENUM_ = 0x7fffffff       /* tutti_op value (others are TUTTI_EINVAL) */
 } tutti_op;
 
-/* token_end of a request that moves every whole chunk of its prompt. */
+/* token_end of a request that moves every whole chunk of its prompt (no partial chunk). */
 #define TUTTI_TOKENS_ALL ((size_t)-1)
 
 typedef struct tutti_request {
@@ -348,10 +356,15 @@ typedef struct tutti_request {
   size_t num_tokens;
   const int32_t* block_table; /* block_table[i] holds tokens [i*block_tokens, (i+1)*block_tokens) */
   size_t num_block_ids;       /* entries in block_table */
-  size_t token_begin;         /* range to move; begin must be a multiple of chunk_tokens */
-  size_t token_end;           /* end of the range, rounded down to a whole chunk; at most
-                                 num_tokens, or TUTTI_TOKENS_ALL for num_tokens. An empty
-                                 range (end == begin, e.g. a lookup's 0) moves nothing */
+  size_t token_begin;         /* range to move, [token_begin, token_end): any tokens (0.6.0;
+                                 before, whole chunks). A load moves exactly those tokens' rows
+                                 and no other byte of the blocks. A store writes the chunks
+                                 that hold them, from the start of token_begin's chunk, whole,
+                                 and where the range ends inside a chunk, that chunk's tokens
+                                 up to a multiple of partial_tokens as a partial chunk */
+  size_t token_end;           /* at most num_tokens, or TUTTI_TOKENS_ALL for every whole chunk.
+                                 An empty range (end == begin, e.g. a lookup's 0) moves
+                                 nothing. block_table must cover [0, token_end) */
   const void* salt;           /* per-request salt (LoRA id, cache salt); may be NULL */
   size_t salt_len;
 } tutti_request;
@@ -361,7 +374,8 @@ typedef struct tutti_result {
   uint32_t chunks;     /* chunks in the requested range */
   uint32_t chunks_ok;  /* chunks moved (load) or stored / already present (store) */
   uint32_t reserved;
-  size_t tokens;       /* tokens moved, counted from token_begin up to the first failed chunk */
+  size_t tokens;       /* tokens moved (a store: stored or present), from token_begin up to the
+                          first failed chunk */
 } tutti_result;
 
 typedef struct tutti_batch tutti_batch;
