@@ -107,11 +107,25 @@ def test_aborts_while_loading_and_while_prefilling(tmp_path):
     assert len(e.free) == 95, "an aborted request's blocks were never freed"
 
 
-def test_a_larger_chunk_skips_loads_where_vllms_hit_ends_inside_a_chunk(tmp_path):
+def test_loads_start_where_vllms_hit_ends_inside_a_chunk(tmp_path):
     # chunk 16 over blocks of 4: the second question of a document has a local hit of 40
-    # tokens (10 blocks), inside the third chunk, so tutti cannot continue it.
+    # tokens (10 blocks), inside the third chunk; tutti continues it from there, to the end of
+    # what the first engine stored of the question (a partial chunk).
     e = stored_then_served(tmp_path, prompts(1), chunk_tokens=16)
-    assert e.stats["loaded_tokens"] > 0 and e.stats["unaligned_local_hits"] > 0 and e.wrong_positions == 0
+    assert any(begin % 16 for begin, _ in e.loads), "no load started inside a chunk: the test lost its point"
+    assert e.stats["loaded_tokens"] > 0 and e.stats.get("failed_tokens", 0) == 0 and e.wrong_positions == 0
+
+
+def test_a_prompt_served_again_loads_all_but_its_last_token(tmp_path):
+    # Whole prompts again, on a fresh engine: tutti holds each one's tail as a partial chunk
+    # (whole blocks of 4), so every load reaches its prompt's last whole block.
+    reqs = prompts(1)
+    e = stored_then_served(tmp_path, [Request(r.request_id + "-again", list(r.prompt_token_ids)) for r in reqs],
+                           local_cache=False)
+    for r, (begin, n) in zip(reqs, e.loads):
+        size = len(r.prompt_token_ids)
+        assert begin == 0 and n == min(size // 4 * 4, size - 1), (size, n)
+    assert len(e.loads) == len(reqs) and e.stats.get("failed_tokens", 0) == 0 and e.wrong_positions == 0
 
 
 def pool_slots(path):
@@ -188,11 +202,12 @@ def test_nothing_computed_over_a_failed_load_is_saved(tmp_path, monkeypatch, ord
 def test_a_step_planned_before_a_failure_was_reported_saves_nothing(tmp_path, monkeypatch):
     # vLLM's async scheduling plans step k+1 before step k's output comes back: the request
     # whose load fails in step k goes on prefilling in k+1, over KV that never arrived.
+    # (chunks of one block: step k+1 completes chunks, whose saves are planned)
     head = prompts(1, docs=1, per_doc=1, doc_len=80, tail=(1, 1))[0].prompt_token_ids
-    serve(tmp_path, [Request("p", head)], local_cache=False)
+    serve(tmp_path, [Request("p", head)], local_cache=False, chunk_tokens=4)
     full = head[:80] + [7] * 41
     refuse_sync_loads(monkeypatch, 1)
-    e = Engine(tmp_path, budget=20, local_cache=False)
+    e = Engine(tmp_path, budget=20, local_cache=False, chunk_tokens=4)
     r = Request("r", list(full))
     e.add(r)
     step_k = e.schedule()
@@ -205,7 +220,7 @@ def test_a_step_planned_before_a_failure_was_reported_saves_nothing(tmp_path, mo
     e.close()
     assert e.stats.get("saved_tokens", 0) == 0 and e.stats["saves_dropped"] == 2
     monkeypatch.undo()
-    again = serve(tmp_path, [Request("r2", list(full))], local_cache=False)
+    again = serve(tmp_path, [Request("r2", list(full))], local_cache=False, chunk_tokens=4)
     assert again.stats["loaded_tokens"] == 80 and again.wrong_positions == 0
 
 
@@ -301,7 +316,7 @@ def test_ranks_need_a_pool_each():
     config = vllm_config(16, {"pool": "/tmp/kv{rank}.pool"}, 128)
     options, _ = _settings(config, rank=1, world=2)
     assert options["pool"] == "/tmp/kv1.pool" and options["namespace"].endswith("rank1/2")
-    assert options["chunk_tokens"] == 16
+    assert options["chunk_tokens"] == 256 and options["partial_tokens"] == 16  # tails in whole blocks
     assert "lookup_socket" not in options  # data parallelism: each engine looks up in-process
     config.parallel_config = SimpleNamespace(tensor_parallel_size=2, pipeline_parallel_size=1)
     assert _settings(config, rank=1, world=2)[0]["lookup_socket"] == "/tmp/kv1.pool.sock"
@@ -343,7 +358,7 @@ def test_tensor_parallel_ranks_are_asked_through_their_sockets(tmp_path, monkeyp
             for side in range(2):
                 v[layer][side][blk, off] = shard(rank, layer, side, len(tokens))
         with w._rt.batch("store") as b:
-            b.add(conn._ints(tokens[:stored[rank]]), conn._ints(table))
+            b.add(conn._ints(tokens), conn._ints(table), token_end=stored[rank])
             b.submit()
             b.wait()
         for layer in range(layers):

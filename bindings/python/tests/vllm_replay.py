@@ -26,7 +26,7 @@ it back wrong later and be caught.
 from collections import deque
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -170,6 +170,7 @@ class Engine:
         self.finished: List[Request] = []
         self._known_blocks: Dict[str, int] = {}  # blocks the worker knows of, per request
         self.stats: Dict[str, int] = {}
+        self.loads: List[Tuple[int, int]] = []
         self.steps = 0
         self.reported_invalid = 0
         self.wrong_positions = 0
@@ -316,6 +317,8 @@ class Engine:
             if self.cache_at_alloc and not is_async:
                 self._cache_full_blocks(req, min(computed + n, req.num_tokens))
             req.num_external_computed_tokens = ext
+            if ext:
+                self.loads.append((computed - ext, ext))  # where a load starts, and its tokens
             self.sched.update_state_after_alloc(req, KVCacheBlocks(req.blocks), ext)
             self.waiting.popleft()
             if is_async:

@@ -347,7 +347,8 @@ class Runtime(_Handle):
         self._layout = layout
 
     def lookup(self, tokens, salt: Optional[bytes] = None) -> int:
-        """How many leading tokens are cached (a multiple of chunk_tokens)."""
+        """How many leading tokens are cached: whole chunks, then the longest partial chunk
+        that follows them (a multiple of partial_tokens)."""
         return _split(_c.tutti_lookup(self._handle(), tokens, salt))
 
     def lookup_lease(self, tokens, salt: Optional[bytes] = None, ttl_ms: int = 0) -> Lease:

@@ -76,7 +76,7 @@ class PrefixLoad:
     """The load of a prompt's cached prefix, layer by layer. `tokens` is where the cached KV ends
     (0 on a miss: then wait() returns at once and nothing is submitted). `begin` skips a head
     that is computed again instead (tutti.policy), `end` caps the load below the whole hit;
-    both are multiples of chunk_tokens."""
+    both may be any token."""
 
     def __init__(self, rt: Runtime, tokens: Any, block_table: Any, salt: Optional[bytes] = None,
                  stream: Any = None, begin: int = 0, end: Optional[int] = None):
@@ -158,7 +158,7 @@ class LayerStore:
 
 
 def store(rt: Runtime, tokens: Any, block_table: Any, begin: int = 0, salt: Optional[bytes] = None) -> int:
-    """Stores the prompt's whole chunks from token `begin` (a multiple of chunk_tokens: the
+    """Stores the prompt's whole chunks from the chunk that holds token `begin` (the end of the
     cached prefix) on; returns how many tokens are now in the pool past `begin`."""
     with rt.batch("store") as b:
         b.add(_int32(tokens), _int32(block_table), token_begin=begin, salt=salt)

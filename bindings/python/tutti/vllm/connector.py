@@ -7,7 +7,7 @@ prompt tutti supplies) and in every worker with role WORKER (it moves the KV). P
                                           request ends, minus vLLM's own prefix-cache hit
              update_state_after_alloc     where the load goes (the request's block ids)
              build_connector_meta         the step's loads, and the whole chunks each prefill
-                                          completes (saves)
+                                          completes (saves), with its tail once it is done
   worker     start_load_kv                submits the step's loads (one batch) and its saves
                                           (a store by layer each)
              wait_for_layer_load(layer)   before the layer's attention: its KV is in place;
@@ -20,10 +20,11 @@ prompt tutti supplies) and in every worker with role WORKER (it moves the KV). P
                                           recomputes them, and nothing computed over them
                                           is saved
 
-Loads and lookups use whole chunks of `chunk_tokens` (default: vLLM's block size, so vLLM's
-own prefix hit, a whole number of blocks, always ends on a chunk boundary; a larger
-chunk_tokens skips tutti whenever that hit does not). A full-prompt hit is reported one
-chunk short: vLLM must compute at least the last token.
+tutti stores chunks of `chunk_tokens` (default 256: one large I/O per chunk and layer), and a
+prompt's tail past its last whole chunk as a partial chunk in whole blocks (partial_tokens:
+vLLM's block size). A load starts where vLLM's own prefix-cache hit ends, inside a chunk or not,
+and ends where tutti's hit does; a hit of the whole prompt is reported one token short: vLLM
+must compute at least the last token.
 
 The scheduler's lookups reach the worker's runtime in the same process (vLLM with one GPU
 runs both in its engine core; so does each engine of data parallelism). With tensor or
@@ -139,7 +140,8 @@ def _settings(vllm_config: Any, rank: int = 0, world: int = 1) -> Tuple[dict, di
     extra = dict(getattr(vllm_config.kv_transfer_config, "kv_connector_extra_config", None) or {})
     settings = {k: extra.pop(k, v) for k, v in CONNECTOR_KEYS.items()}
     options = {k: v for k, v in extra.items() if v is not None}
-    options.setdefault("chunk_tokens", vllm_config.cache_config.block_size)
+    options.setdefault("chunk_tokens", 256)
+    options.setdefault("partial_tokens", vllm_config.cache_config.block_size)
     pool = str(options.get("pool") or os.environ.get("TUTTI_POOL") or "tutti.pool")
     if "{rank}" in pool:
         pool = pool.replace("{rank}", str(rank))
@@ -383,9 +385,8 @@ class TuttiConnector(KVConnectorBase_V1):
         return shared.chunk_tokens if shared is not None else int(self._options["chunk_tokens"])
 
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> Tuple[Optional[int], bool]:
-        """Tokens tutti can load past vLLM's own hit of `num_computed_tokens`: whole chunks,
-        at least one token left to compute. Asking again for the same request reuses its
-        lookup."""
+        """Tokens tutti can load past vLLM's own hit of `num_computed_tokens`, at least one
+        token left to compute. Asking again for the same request reuses its lookup."""
         if (not self._loads_on or getattr(request, "prompt_token_ids", None) is None or _has_media(request)
                 or getattr(request, "skip_reading_prefix_cache", False)):
             return 0, False  # media: their KV depends on more than the token ids
@@ -393,7 +394,6 @@ class TuttiConnector(KVConnectorBase_V1):
         if shared is None and self._ranks is None:
             return 0, False
         rid, n = request.request_id, request.num_tokens
-        chunk = shared.chunk_tokens if shared is not None else int(self._options["chunk_tokens"])
         q = self._queries.get(rid)
         ttl = int(self._settings["lease_ttl_ms"])
         if q is None or q.num_tokens != n or (ttl and time.monotonic() - q.since > ttl / 2000):
@@ -408,11 +408,8 @@ class TuttiConnector(KVConnectorBase_V1):
             self._count("lookup_hit_tokens", lease.tokens)
         self._hits[rid] = q.lease.tokens
         q.local = num_computed_tokens
-        hit = min(q.lease.tokens, (n - 1) // chunk * chunk, self._cap.get(rid, n))
+        hit = min(q.lease.tokens, n - 1, self._cap.get(rid, n))
         if hit <= num_computed_tokens:
-            return 0, False
-        if num_computed_tokens % chunk:
-            self._count("unaligned_local_hits")  # vLLM's hit ends inside a chunk: a load cannot start there
             return 0, False
         return hit - num_computed_tokens, bool(self._settings["load_async"])
 
@@ -424,7 +421,9 @@ class TuttiConnector(KVConnectorBase_V1):
             return
         end = q.local + num_external_tokens
         ids = _group0(blocks.get_block_ids() if hasattr(blocks, "get_block_ids") else blocks)
-        self._pending[rid] = LoadSpec(rid, list(request.all_token_ids[:end]), ids[:_ceil_div(end, self._block_size)],
+        # The whole prompt: a load that ends inside a partial chunk finds it by its tokens (each
+        # rank's may be longer than the hit all ranks share).
+        self._pending[rid] = LoadSpec(rid, list(request.all_token_ids), ids[:_ceil_div(end, self._block_size)],
                                       q.local, end, q.salt, bool(self._settings["load_async"]))
         self._count("load_tokens_planned", num_external_tokens)
 
@@ -467,13 +466,16 @@ class TuttiConnector(KVConnectorBase_V1):
         return md
 
     def _plan_save(self, md: TuttiConnectorMetadata, rid: str, t: _Tracked, start: int, n: int, chunk: int) -> None:
-        """Saves the whole chunks that computing tokens [start, start + n) completes."""
+        """Saves the whole chunks that computing tokens [start, start + n) completes, and the
+        prompt's tail past them once the prefill is done (tutti stores it as a partial chunk)."""
         poison = self._poison.get(rid)
         if poison is not None:
             if start > poison:  # vLLM went on over a failed block (it does not always
                 return          # recompute): nothing past it is ever saved
             del self._poison[rid]  # recomputing from before it
-        end = min(start + n, len(t.token_ids)) // chunk * chunk
+        end = min(start + n, len(t.token_ids))
+        if end < len(t.token_ids):
+            end = end // chunk * chunk  # mid-prefill: a partial chunk now would be stored again whole
         if end > t.saved and len(t.block_ids) * self._block_size >= end:
             md.saves.append(SaveSpec(rid, t.token_ids[:end], t.block_ids[:_ceil_div(end, self._block_size)],
                                      t.saved, end, t.salt))
