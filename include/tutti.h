@@ -250,11 +250,19 @@ TUTTI_API const char* tutti_runtime_backend(const tutti_runtime* rt);
  *     v_base = NULL, v_offset = num_blocks * block_stride
  *   HND ([.., heads, block_tokens, head_dim]): head_stride = block_tokens * row,
  *     token_stride = row.
- * The pool's fingerprint is (num_layers, num_kv_heads, head_dim, elem_bytes, chunk_tokens). */
+ * The pool's fingerprint is (num_layers, num_kv_heads, head_dim, elem_bytes, chunk_tokens, K only). */
 typedef enum tutti_memory {
   TUTTI_MEMORY_HOST = 0, /* host memory (also "host memory standing in for the GPU") */
   TUTTI_MEMORY_CUDA = 1  /* CUDA device memory; TUTTI_EUNSUPPORTED in a build without CUDA */
 } tutti_memory;
+
+/* tutti_kv_layout.flags. Since 0.6.0. */
+enum {
+  /* K only, no V: one latent vector per token (MLA: num_kv_heads 1, head_dim the latent's
+   * elements, e.g. 576 for DeepSeek-V3). v_base and v_offset are ignored; a chunk-layer on
+   * disk is its K alone. Part of the pool's fingerprint. */
+  TUTTI_KV_K_ONLY = 1
+};
 
 typedef struct tutti_kv_layout {
   uint32_t struct_size; /* sizeof(tutti_kv_layout) */
@@ -266,7 +274,7 @@ typedef struct tutti_kv_layout {
   uint32_t elem_bytes; /* 2 for bf16/fp16 */
   uint32_t memory;     /* tutti_memory */
   int32_t device;      /* CUDA device ordinal (ignored for host memory) */
-  uint32_t reserved;
+  uint32_t flags;      /* TUTTI_KV_K_ONLY, or 0 (other bits: TUTTI_EINVAL). Since 0.6.0 */
   uint64_t block_stride; /* bytes between consecutive blocks */
   uint64_t token_stride; /* bytes between consecutive tokens of a block */
   uint64_t head_stride;  /* bytes between consecutive heads of a token */

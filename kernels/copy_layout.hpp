@@ -21,6 +21,7 @@ struct CopyLayout {
   uint64_t kv_bytes = 0, v_offset = 0;
   uint32_t block_tokens = 0, heads = 0;
   uint32_t run_kind = 0;  // kRunBlock, kRunToken or kRunRow
+  uint32_t sides = 2;     // K and V; 1: K only (MLA)
   uint32_t blocks_per_chunk = 0;  // the most blocks one chunk's tokens can lie in
 };
 

@@ -110,7 +110,7 @@ __global__ void page_hash_kernel(const uint4* pages, uint64_t* out) {
 // The object bytes of chunk `i` of a launch: in device staging at stage_base + i * extent, or
 // at its own staging address.
 __device__ const char* chunk_stage(const CopyLayout& l, const ChunkCopy& c, const char* stage_base, unsigned i) {
-  return stage_base ? stage_base + i * 2 * l.v_offset : reinterpret_cast<const char*>(c.staging);
+  return stage_base ? stage_base + i * l.sides * l.v_offset : reinterpret_cast<const char*>(c.staging);
 }
 
 // One thread block per chunk: its warps hash the chunk-layer's pages where they landed, in the
@@ -159,7 +159,7 @@ __global__ void copy_layer(CopyLayout l, char* k, char* v, const ChunkCopy* chun
   const uint64_t runs = l.kv_bytes / l.run_bytes;
   const unsigned lane = threadIdx.x & 31;
   const unsigned warps = gridDim.x * (blockDim.x >> 5);
-  for (uint64_t r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < 2 * runs; r += warps) {
+  for (uint64_t r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < l.sides * runs; r += warps) {
     const bool is_v = r >= runs;
     const uint64_t u = is_v ? r - runs : r;
     uint64_t from, to;
@@ -201,7 +201,7 @@ bool vec_ok(const CopyLayout& l, const void* k, const void* v) {
 
 void launch_terms(cudaStream_t s, const CopyLayout& l, const char* k, const char* v, const ChunkCopy* chunks,
                   size_t n, const int32_t* ids, const int32_t* status, uint64_t* terms, const char* stage = nullptr) {
-  const uint64_t pages = 2 * l.v_offset / sum::kPageBytes;
+  const uint64_t pages = l.sides * l.v_offset / sum::kPageBytes;
   if (vec_ok(l, k, v))
     layer_terms<true><<<static_cast<unsigned>(n), 512, 0, s>>>(l, k, v, chunks, ids, status, terms, pages, stage);
   else
@@ -214,7 +214,7 @@ template <bool kToBlocks>
 void launch(cudaStream_t s, const CopyLayout& l, char* k, char* v, const ChunkCopy* chunks, size_t n,
             const int32_t* ids, const int32_t* status = nullptr, uint64_t* terms = nullptr, char* stage = nullptr) {
   const unsigned threads = 256, warps = threads / 32;
-  const uint64_t runs = 2 * (l.kv_bytes / l.run_bytes);
+  const uint64_t runs = l.sides * (l.kv_bytes / l.run_bytes);
   const unsigned x = static_cast<unsigned>(std::min<uint64_t>((runs + warps - 1) / warps, 64));
   const dim3 grid(x, static_cast<unsigned>(n));
   if (vec_ok(l, k, v))
@@ -533,7 +533,7 @@ void Device::scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, siz
       std::lock_guard lock(load_stage_.mu);
       for (size_t i = 0; i < n; i += load_stage_.chunks) {
         const size_t m = std::min(n - i, load_stage_.chunks);
-        copy_stage(s, load_stage_.base, list + i, st ? st + i : nullptr, m, 2 * l.v_offset, true);
+        copy_stage(s, load_stage_.base, list + i, st ? st + i : nullptr, m, l.sides * l.v_offset, true);
         launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), list + i, m,
                      reinterpret_cast<const int32_t*>(ids), st ? st + i : nullptr, sums ? sums + i : nullptr,
                      load_stage_.base);
@@ -598,7 +598,7 @@ void Device::gather(const CopyLayout& l, const void* k, const void* v, uint64_t 
       const size_t m = std::min(n - i, store_stage_.chunks);
       launch<false>(s, l, kk, vv, list + i, m, reinterpret_cast<const int32_t*>(ids), nullptr, nullptr,
                     store_stage_.base);
-      copy_stage(s, store_stage_.base, list + i, nullptr, m, 2 * l.v_offset, false);
+      copy_stage(s, store_stage_.base, list + i, nullptr, m, l.sides * l.v_offset, false);
     }
   } else {
     launch<false>(s, l, kk, vv, list, n, reinterpret_cast<const int32_t*>(ids));

@@ -25,8 +25,9 @@ KvBinding::KvBinding(const tutti_kv_layout& l, uint32_t chunk_tokens) {
     device_ = l.device;
   }
   TUTTI_EXPECT(l.k_base != nullptr, "k_base is NULL");
+  TUTTI_EXPECT((l.flags & ~uint32_t{TUTTI_KV_K_ONLY}) == 0, "unknown flags " + std::to_string(l.flags));
 
-  shape_ = Shape{l.num_layers, l.num_kv_heads, l.head_dim, l.elem_bytes, chunk_tokens};
+  shape_ = Shape{l.num_layers, l.num_kv_heads, l.head_dim, l.elem_bytes, chunk_tokens, (l.flags & TUTTI_KV_K_ONLY) != 0};
   num_blocks_ = l.num_blocks;
   block_tokens_ = l.block_tokens;
   const uint64_t row = shape_.row_bytes();
@@ -39,7 +40,9 @@ KvBinding::KvBinding(const tutti_kv_layout& l, uint32_t chunk_tokens) {
   for (uint32_t i = 0; i < l.num_layers; ++i) {
     TUTTI_EXPECT(l.k_base[i] != nullptr, "k_base[" + std::to_string(i) + "] is NULL");
     k_[i] = static_cast<std::byte*>(l.k_base[i]);
-    if (l.v_base) {
+    if (shape_.k_only) {
+      v_[i] = k_[i];  // never read: there is no V side
+    } else if (l.v_base) {
       TUTTI_EXPECT(l.v_base[i] != nullptr, "v_base[" + std::to_string(i) + "] is NULL");
       v_[i] = static_cast<std::byte*>(l.v_base[i]);
     } else {
@@ -61,6 +64,7 @@ KvBinding::KvBinding(const tutti_kv_layout& l, uint32_t chunk_tokens) {
   c.run_bytes = tokens_packed ? shape_.token_bytes() * block_tokens_ : heads_packed ? shape_.token_bytes() : row;
   c.token_bytes = shape_.token_bytes();
   c.kv_bytes = shape_.kv_bytes();
+  c.sides = shape_.sides();
   c.v_offset = shape_.v_offset();
   c.block_tokens = block_tokens_;
   c.heads = shape_.heads;

@@ -81,7 +81,7 @@ void KvBinding::for_each_run(uint32_t layer, const int32_t* blocks, const gpu::C
                              uint64_t hi, Fn&& fn) const {
   const uint64_t kv = shape_.kv_bytes();
   const uint64_t voff = shape_.v_offset();
-  for (int side = 0; side < 2; ++side) {
+  for (uint32_t side = 0; side < shape_.sides(); ++side) {
     const uint64_t sec = side ? voff : 0;
     const uint64_t a = lo > sec ? lo - sec : 0;
     const uint64_t b = hi > sec ? std::min(hi - sec, kv) : 0;

@@ -168,7 +168,7 @@ class PerBlockCudaRun final : public IoRun {
     for (uint32_t u = 0; u < kv_.blocks_per_chunk(); ++u) {
       const uint64_t at = uint64_t(blocks[u]) * kv_.copy_layout().block_stride;
       p_.device->copy_sync(extent.data() + u * bb, kv_.k(layer) + at, bb);
-      p_.device->copy_sync(extent.data() + s.v_offset() + u * bb, kv_.v(layer) + at, bb);
+      if (!s.k_only) p_.device->copy_sync(extent.data() + s.v_offset() + u * bb, kv_.v(layer) + at, bb);
     }
     return layer_sum(extent.data(), extent.size());
   }
@@ -266,8 +266,7 @@ class MappedCudaRun final : public RunBase {
       std::byte* extent = dram.host(e.file, e.offset);
       uint64_t sum = 0;
       const bool ok = touch_mapped([&] {
-        std::memset(extent + s.kv_bytes(), 0, pad);
-        std::memset(extent + s.v_offset() + s.kv_bytes(), 0, pad);
+        for (uint32_t side = 0; side < s.sides(); ++side) std::memset(extent + side * s.v_offset() + s.kv_bytes(), 0, pad);
         sum = layer_sum(extent, s.layer_bytes());
       });
       if (!ok) fail(i, layer, TUTTI_EIO, "write to " + where(i, layer) + ": the file was truncated under its mapping (by another process?)");

@@ -45,8 +45,8 @@ std::vector<std::pair<uint64_t, uint64_t>> per_block_ranges(const KvBinding& kv)
   const Shape& s = kv.shape();
   const uint64_t bb = s.token_bytes() * kv.block_tokens();
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (uint64_t sec : {uint64_t{0}, s.v_offset()})
-    for (uint64_t o = 0; o < s.kv_bytes(); o += bb) ranges.emplace_back(sec + o, sec + o + bb);
+  for (uint32_t side = 0; side < s.sides(); ++side)
+    for (uint64_t o = 0; o < s.kv_bytes(); o += bb) ranges.emplace_back(side * s.v_offset() + o, side * s.v_offset() + o + bb);
   return ranges;
 }
 
@@ -114,8 +114,7 @@ void IoRun::zero_padding(std::byte* extent) const {
   const Shape& s = kv_.shape();
   const uint64_t pad = s.v_offset() - s.kv_bytes();
   if (!pad) return;
-  std::memset(extent + s.kv_bytes(), 0, pad);
-  std::memset(extent + s.v_offset() + s.kv_bytes(), 0, pad);
+  for (uint32_t side = 0; side < s.sides(); ++side) std::memset(extent + side * s.v_offset() + s.kv_bytes(), 0, pad);
 }
 
 void IoRun::issue(uint32_t layer) {

@@ -13,6 +13,7 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the pool format is lit
 constexpr char kSuperMagic[8] = {'T', 'U', 'T', 'T', 'I', 'P', 'L', '\0'};
 constexpr char kRecordMagic[8] = {'T', 'U', 'T', 'T', 'I', 'C', 'R', '\0'};
 constexpr size_t kBlock = 4096;
+constexpr uint32_t kShapeKOnly = 1;  // superblock flags: K only, no V (MLA)
 
 // Little helpers that write/read at a cursor; the layout is spelled out in docs/format.md.
 struct Writer {
@@ -117,7 +118,7 @@ void encode_superblock(const Superblock& sb, uint8_t* out) {
   w.put<uint32_t>(sb.shape.head_dim);
   w.put<uint32_t>(sb.shape.elem_bytes);
   w.put<uint32_t>(sb.shape.chunk_tokens);
-  w.put<uint32_t>(0);
+  w.put<uint32_t>(sb.shape.k_only ? kShapeKOnly : 0);  // flags
   w.put<uint64_t>(sb.shape.layer_bytes());
   w.put<uint64_t>(sb.shape.slot_bytes());
   w.put<uint64_t>(sb.slots_per_file);
@@ -145,7 +146,9 @@ DecodeStatus decode_superblock(const uint8_t* in, Superblock* sb) {
   sb->shape.head_dim = r.get<uint32_t>();
   sb->shape.elem_bytes = r.get<uint32_t>();
   sb->shape.chunk_tokens = r.get<uint32_t>();
-  r.get<uint32_t>();
+  const uint32_t flags = r.get<uint32_t>();
+  if (flags & ~kShapeKOnly) return DecodeStatus::kBadGeometry;
+  sb->shape.k_only = flags & kShapeKOnly;
   uint64_t layer_bytes = r.get<uint64_t>();
   uint64_t slot_bytes = r.get<uint64_t>();
   sb->slots_per_file = r.get<uint64_t>();

@@ -9,7 +9,7 @@ uint64_t Shape::v_offset() const { return align_up(kv_bytes(), kIoAlign); }
 std::string Shape::describe() const {
   return std::to_string(layers) + " layers, " + std::to_string(heads) + " kv heads, head dim " +
          std::to_string(head_dim) + ", " + std::to_string(elem_bytes) + "-byte elements, " +
-         std::to_string(chunk_tokens) + "-token chunks";
+         std::to_string(chunk_tokens) + "-token chunks" + (k_only ? ", K only (MLA)" : "");
 }
 
 static uint64_t data_offset_for(uint64_t slots_per_file) {

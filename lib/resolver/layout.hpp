@@ -18,12 +18,14 @@ struct Shape {
   uint32_t head_dim = 0;
   uint32_t elem_bytes = 0;
   uint32_t chunk_tokens = 0;
+  bool k_only = false;  // MLA: one latent per token, no V
 
+  uint32_t sides() const { return k_only ? 1 : 2; }  // K and V, or K alone
   uint64_t row_bytes() const { return uint64_t{head_dim} * elem_bytes; }
   uint64_t token_bytes() const { return row_bytes() * heads; }       // one of K or V
   uint64_t kv_bytes() const { return token_bytes() * chunk_tokens; }  // K (or V) of a chunk-layer
   uint64_t v_offset() const;                                          // V's offset in the extent
-  uint64_t layer_bytes() const { return 2 * v_offset(); }             // one chunk-layer extent
+  uint64_t layer_bytes() const { return sides() * v_offset(); }       // one chunk-layer extent
   uint64_t slot_bytes() const { return layer_bytes() * layers; }
   bool operator==(const Shape&) const = default;
   std::string describe() const;

@@ -42,8 +42,9 @@ struct Dir {
 // what was written into it: the fixture's pattern in the rows of the prompts filled, a poison
 // byte everywhere else.
 struct DeviceKv {
-  DeviceKv(uint32_t layers, uint32_t blocks, uint32_t bt, uint32_t heads, uint32_t dim, int hnd) {
+  DeviceKv(uint32_t layers, uint32_t blocks, uint32_t bt, uint32_t heads, uint32_t dim, int hnd, bool k_only = false) {
     tutti_kv_layout_init(&layout, layers, blocks, bt, heads, dim, 2, hnd);
+    layout.flags = k_only ? TUTTI_KV_K_ONLY : 0;  // (the V half of the memory then stays as it is)
     layer_bytes = 2 * uint64_t{blocks} * layout.block_stride;
     mem = static_cast<std::byte*>(tutti::gpu::alloc(0, layer_bytes * layers));
     for (uint32_t l = 0; l < layers; ++l) bases.push_back(mem + l * layer_bytes);
@@ -239,12 +240,13 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GpuRoundTrip,
 // Ranges that start and end inside chunks, over blocks that divide the chunk (16), do not (24),
 // or are larger than it (80): a load writes exactly the range's rows into HBM, every other byte
 // of the cache stays as it was, and the checks pass (the checksum kernel reads the rows left
-// out from the chunk's staging).
+// out from the chunk's staging); the same for K-only (MLA) caches.
 struct SpanCase {
   const char* backend;
   int hnd;
   uint32_t bt;
   bool shm = false;
+  bool mla = false;  // K only: one latent of 576 per token
 };
 
 class GpuSpans : public ::testing::TestWithParam<SpanCase> {};
@@ -254,7 +256,7 @@ TEST_P(GpuSpans, LoadsExactlyTheRange) {
   Dir dir(c.shm);
   const uint32_t layers = 3, bt = c.bt, n = 300;
   const uint32_t nb = (n + bt - 1) / bt, blocks = 2 * nb + 2;
-  DeviceKv kv(layers, blocks, bt, 8, 128, c.hnd);
+  DeviceKv kv(layers, blocks, bt, c.mla ? 1 : 8, c.mla ? 576 : 128, c.hnd, c.mla);
   int rc = 0;
   tutti_runtime* rt = open_runtime(dir.path + "/pool", c.backend, kv.layout, true, "object", &rc);
   if (rc == TUTTI_EUNSUPPORTED && std::string(c.backend) == "cufile") GTEST_SKIP() << tutti_last_error();
@@ -294,7 +296,9 @@ INSTANTIATE_TEST_SUITE_P(Backends, GpuSpans,
                          ::testing::Values(SpanCase{"uring", 0, 16}, SpanCase{"uring", 1, 24}, SpanCase{"posix", 0, 80},
                                            SpanCase{"gpu-uring", 0, 24}, SpanCase{"gpu-uring", 1, 80},
                                            SpanCase{"dram", 0, 24, true}, SpanCase{"dram", 1, 16, true},
-                                           SpanCase{"cufile", 0, 24}));
+                                           SpanCase{"cufile", 0, 24}, SpanCase{"uring", 0, 16, false, true},
+                                           SpanCase{"gpu-uring", 0, 24, false, true},
+                                           SpanCase{"dram", 0, 32, true, true}));
 
 // A byte flipped in a stored extent on disk: with the default checks, whichever path loads it
 // (the CPU producers, gpu-uring, dram, cufile, the per-block baseline), that chunk fails with

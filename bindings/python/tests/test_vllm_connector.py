@@ -285,16 +285,22 @@ def test_kv_views_match_each_layout(layout):
     names, k, v = kv_views(dict(reversed(list(caches.items()))), head_dim=8, num_blocks=10)
     assert names == list(caches)
     for i, (wk, wv) in enumerate(views):
+        if layout == "MLA":  # a latent per token: one head of heads * dim
+            assert k[i].shape == (10, 4, 1, 16) and v is None and k[i].data_ptr() == wk.data_ptr()
+            continue
         assert k[i].shape == (10, 4, 2, 8)
         assert (k[i].data_ptr(), k[i].stride()) == (wk.data_ptr(), wk.stride())
         assert (v[i].data_ptr(), v[i].stride()) == (wv.data_ptr(), wv.stride())
     layout_ = tutti.KvLayout.from_views(k, v)
     assert layout_.block_stride == k[0].stride(0) * 2 and layout_.token_stride == k[0].stride(1) * 2
+    assert layout_.flags == (tutti.KV_K_ONLY if layout == "MLA" else 0)
 
 
-def test_unknown_and_mla_layouts_are_refused_by_name():
-    with pytest.raises(ValueError, match="MLA"):
-        split_kv(torch.zeros(10, 4, 576))
+def test_unknown_layouts_are_refused_by_name():
+    k, v = split_kv(torch.zeros(10, 4, 576))  # MLA: K only
+    assert k.shape == (10, 4, 1, 576) and v is None
+    with pytest.raises(ValueError, match="is MLA, another layer is not"):
+        kv_views({"a.0.attn": torch.zeros(2, 10, 4, 2, 8), "a.1.attn": torch.zeros(10, 4, 576)})
     with pytest.raises(ValueError, match="unrecognized"):
         split_kv(torch.zeros(3, 3, 4, 2, 8))
     with pytest.raises(ValueError, match="both layer 1"):

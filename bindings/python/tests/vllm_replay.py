@@ -23,6 +23,7 @@ after a block the connector reported as failed in that step (vLLM then recompute
 anything computed over wrong KV is written poisoned, so a connector that saved it would hand
 it back wrong later and be caught.
 """
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -103,7 +104,7 @@ def expected_kv(hashes: torch.Tensor, layer: int, side: int, heads: int, dim: in
 
 # ---- the paged KV cache in vLLM's layouts ---------------------------------------------------
 
-LAYOUTS = ("2BNHD", "2BHND", "B2NHD", "BHNC")
+LAYOUTS = ("2BNHD", "2BHND", "B2NHD", "BHNC", "MLA")
 
 
 def allocate(kind: str, layers: int, blocks: int, bt: int, heads: int, dim: int, device: str):
@@ -124,6 +125,9 @@ def allocate(kind: str, layers: int, blocks: int, bt: int, heads: int, dim: int,
         elif kind == "B2NHD":
             t = torch.zeros(blocks, 2, bt, heads, dim, **z)
             k, v = t[:, 0], t[:, 1]
+        elif kind == "MLA":  # one latent of heads * dim per token, no V; the model sees it as heads x dim
+            t = torch.zeros(blocks, bt, heads * dim, **z)
+            k, v = t.view(blocks, bt, heads, dim), None
         else:  # one buffer for all layers (BLHNC), each layer a strided [blocks, heads, bt, 2*dim] view
             t = shared[:, layer]
             k, v = t[..., :dim].transpose(1, 2), t[..., dim:].transpose(1, 2)
@@ -401,7 +405,7 @@ class Engine:
         off = (pos % bs).to(k.device)
         h = torch.tensor(chain(req.all_token_ids[:start + n]), dtype=torch.long)
         ok = True
-        for side, t in ((0, k), (1, v)):
+        for side, t in ((0, k), (1, v)) if v is not None else ((0, k),):
             want = expected_kv(h[:start], layer, side, self.heads, self.dim).to(k.device)
             bad = (t[blk[:start], off[:start]] != want).flatten(1).any(1).nonzero()
             if len(bad):
@@ -450,15 +454,24 @@ class Engine:
             req.status = WAITING
             self.waiting.appendleft(req)
 
-    def step(self) -> None:
+    def step(self) -> bool:
+        """One step; False when it computed nothing (every request waits for an async load)."""
         so = self.schedule()
         out = self.execute(so)
         self.update(so, out)
         self.steps += 1
+        return so.total_num_scheduled_tokens > 0
 
-    def run(self, max_steps: int = 2000, on_step=None) -> None:
+    def run(self, max_steps: int = 2000, on_step=None, max_wait_s: float = 60) -> None:
+        """Steps until every request finished. Steps that only wait for async loads (real steps
+        take milliseconds) sleep a little and count against max_wait_s, not max_steps."""
+        busy, waited = 0, 0.0
         while self.waiting or self.running or self.parked:
             if on_step is not None:
                 on_step(self)
-            self.step()
-            assert self.steps < max_steps, "the engine made no progress"
+            if self.step():
+                busy += 1
+            else:
+                time.sleep(0.001)
+                waited += 0.001
+            assert busy < max_steps and waited < max_wait_s, "the engine made no progress"

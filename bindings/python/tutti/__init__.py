@@ -27,6 +27,7 @@ __all__ = ["Error", "Runtime", "KvLayout", "Batch", "Request", "Result", "Lookup
 
 MEMORY_HOST = _c.TUTTI_MEMORY_HOST
 MEMORY_CUDA = _c.TUTTI_MEMORY_CUDA
+KV_K_ONLY = _c.TUTTI_KV_K_ONLY  # tutti_kv_layout.flags: MLA, one latent per token
 
 
 class Error(Exception):
@@ -113,15 +114,18 @@ class KvLayout:
         return layout
 
     @classmethod
-    def from_views(cls, k: Sequence[Any], v: Sequence[Any]) -> "KvLayout":
+    def from_views(cls, k: Sequence[Any], v: Optional[Sequence[Any]]) -> "KvLayout":
         """Per layer, K and V as torch tensors of shape [blocks, block_tokens, kv_heads,
         head_dim] with any strides but a contiguous head_dim: views into whatever the engine
         allocated (vLLM's [2, blocks, ...], [blocks, 2, ...] or [blocks, heads, tokens, 2 *
-        head_dim] caches, a layer's slice of one shared buffer). Every view must have the same
-        shape, dtype, device and strides, and lie inside its tensor's storage; the tensors are
-        kept alive with the layout."""
-        views = list(k) + list(v)
-        if not k or len(k) != len(v):
+        head_dim] caches, a layer's slice of one shared buffer). v None: K only, one latent per
+        token (MLA: [blocks, block_tokens, 1, latent]; TUTTI_KV_K_ONLY). Every view must have
+        the same shape, dtype, device and strides, and lie inside its tensor's storage; the
+        tensors are kept alive with the layout."""
+        k_only = v is None
+        v = [] if k_only else list(v)
+        views = list(k) + v
+        if not k or (len(k) != len(v) and not k_only):
             raise ValueError(f"k and v must name the same, nonzero number of layers ({len(k)} and {len(v)})")
         first = views[0]
         if first.dim() != 4:
@@ -145,7 +149,9 @@ class KvLayout:
         raw.block_stride, raw.token_stride, raw.head_stride = (s * e for s in first.stride()[:3])
         raw.memory = MEMORY_CUDA if first.is_cuda else MEMORY_HOST
         raw.device = first.device.index or 0 if first.is_cuda else 0
-        raw.set_bases([t.data_ptr() for t in k], [t.data_ptr() for t in v])
+        raw.set_bases([t.data_ptr() for t in k], None if k_only else [t.data_ptr() for t in v])
+        if k_only:
+            raw.flags = KV_K_ONLY
         layout = cls(raw)
         layout._buffers = views
         return layout

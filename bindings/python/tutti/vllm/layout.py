@@ -11,7 +11,9 @@ per-layer K and V views of shape [blocks, block_tokens, kv_heads, head_dim]:
                                                     (the standardized layout; a layer's tensor
                                                     may be a strided view of a shared buffer)
 
-MLA caches ([blocks, block_tokens, latent]: one latent vector per token, no V) are refused.
+    [blocks, block_tokens, latent]                  MLA: one latent vector per token, K only
+                                                    (a [blocks, block_tokens, 1, latent] view,
+                                                    V None)
 """
 import re
 from typing import Any, Dict, List, Optional, Tuple
@@ -28,9 +30,9 @@ def layer_index(name: str) -> int:
 
 
 def split_kv(t: Any, head_dim: Optional[int] = None, num_blocks: Optional[int] = None) -> Tuple[Any, Any]:
-    """K and V views [blocks, block_tokens, kv_heads, head_dim] of one layer's cache tensor.
-    `head_dim` and `num_blocks` (from vLLM's config, when known) settle shapes that would
-    otherwise be ambiguous."""
+    """K and V views [blocks, block_tokens, kv_heads, head_dim] of one layer's cache tensor (V
+    None for MLA). `head_dim` and `num_blocks` (from vLLM's config, when known) settle shapes
+    that would otherwise be ambiguous."""
     shape = tuple(t.shape)
     if t.dim() == 5:
         fused_first = shape[0] == 2 and (num_blocks is None or shape[1] == num_blocks)
@@ -45,9 +47,8 @@ def split_kv(t: Any, head_dim: Optional[int] = None, num_blocks: Optional[int] =
         if c == 2 * d and (num_blocks is None or shape[0] == num_blocks):
             k, v = t[..., :d], t[..., d:]
             return k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3)
-    elif t.dim() == 3:
-        raise ValueError(f"a KV cache of shape {list(shape)} looks like MLA (one latent vector per token); "
-                         "tutti does not store MLA caches yet")
+    elif t.dim() == 3 and (num_blocks is None or shape[0] == num_blocks):  # MLA
+        return t.unsqueeze(2), None
     raise ValueError(f"unrecognized vLLM KV cache shape {list(shape)} (head_dim {head_dim}, blocks {num_blocks}): "
                      "expected [2, blocks, block_size, heads, head_dim], [blocks, 2, block_size, heads, head_dim] "
                      "or [blocks, heads, block_size, 2 * head_dim]")
@@ -55,8 +56,9 @@ def split_kv(t: Any, head_dim: Optional[int] = None, num_blocks: Optional[int] =
 
 def kv_views(kv_caches: Dict[str, Any], head_dim: Optional[int] = None,
              num_blocks: Optional[int] = None) -> Tuple[List[str], List[Any], List[Any]]:
-    """Layer names in layer order, and their K and V views. tutti's layer i is the i-th
-    layer here (a pipeline stage's layers 16..31 are its layers 0..15)."""
+    """Layer names in layer order, and their K and V views (V None: MLA caches, K only).
+    tutti's layer i is the i-th layer here (a pipeline stage's layers 16..31 are its layers
+    0..15)."""
     indexed = []
     for name, t in kv_caches.items():
         if isinstance(t, (list, tuple)):  # older vLLM: one tensor per virtual engine
@@ -70,7 +72,10 @@ def kv_views(kv_caches: Dict[str, Any], head_dim: Optional[int] = None,
     names, ks, vs = [], [], []
     for _, name, t in indexed:
         k, v = split_kv(t, head_dim, num_blocks)
+        if v is None and vs or v is not None and len(vs) != len(ks):
+            raise ValueError(f"KV cache {name!r} is {'MLA' if v is None else 'K and V'}, another layer is not")
         names.append(name)
         ks.append(k)
-        vs.append(v)
-    return names, ks, vs
+        if v is not None:
+            vs.append(v)
+    return names, ks, (vs or None)
