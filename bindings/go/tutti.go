@@ -153,6 +153,7 @@ const (
 
 // Layout describes the engine's paged KV cache. K and V hold per layer the address of block
 // 0's K (V); with V nil each layer is one fused tensor whose V starts VOffset bytes after K.
+// KOnly: K alone, no V (MLA: one latent vector per token; V and VOffset are ignored).
 // Addresses are uintptr because the memory is not Go's (C, mmap, or CUDA device memory).
 type Layout struct {
 	Layers, Blocks, BlockTokens, KVHeads, HeadDim, ElemBytes uint32
@@ -161,6 +162,7 @@ type Layout struct {
 	Device                                                   int32
 	K, V                                                     []uintptr
 	VOffset                                                  uint64 // 0: Blocks * BlockStride
+	KOnly                                                    bool
 	// Strides in bytes; zero means the packed layout of HND/NHD.
 	BlockStride, TokenStride, HeadStride uint64
 }
@@ -189,6 +191,9 @@ func (rt *Runtime) RegisterKV(l Layout) error {
 		cl.block_stride, cl.token_stride, cl.head_stride = C.uint64_t(l.BlockStride), C.uint64_t(l.TokenStride), C.uint64_t(l.HeadStride)
 	}
 	cl.memory = C.uint32_t(l.Memory)
+	if l.KOnly {
+		cl.flags = C.TUTTI_KV_K_ONLY
+	}
 	cl.device = C.int32_t(l.Device)
 	// The address arrays go in C memory: a Go pointer may not be stored in memory C reads.
 	n := C.size_t(len(l.K)) * C.size_t(unsafe.Sizeof(uintptr(0)))

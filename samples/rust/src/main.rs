@@ -37,7 +37,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         elem_bytes: 2, hnd: false, memory: Memory::Host,
         // Safety (pointer arithmetic): each offset stays inside kv.
         k: (0..LAYERS as usize).map(|l| unsafe { base.add(l * LAYER_BYTES) } as *mut c_void).collect(),
-        v: None, v_offset: None,
+        v: None, v_offset: None, k_only: false,
     };
     let prompt: Vec<i32> = (0..TOKENS as i32).map(|i| 1000 + 7 * i).collect();
     let stored_in: Vec<i32> = (0..(TOKENS as u32 / BLOCK_TOKENS) as i32).collect();

@@ -146,6 +146,9 @@ pub struct Layout {
     /// (None: blocks * block stride).
     pub v: Option<Vec<*mut c_void>>,
     pub v_offset: Option<u64>,
+    /// K only, no V: one latent vector per token (MLA; kv_heads 1, head_dim the latent's
+    /// elements). `v` and `v_offset` are then ignored.
+    pub k_only: bool,
 }
 
 /// What a batch does.
@@ -253,6 +256,9 @@ impl Runtime {
             }
         }
         c.k_base = l.k.as_ptr() as *const *mut c_void;
+        if l.k_only {
+            c.flags = sys::TUTTI_KV_K_ONLY as u32;
+        }
         match &l.v {
             Some(v) => c.v_base = v.as_ptr() as *const *mut c_void,
             None => c.v_offset = l.v_offset.unwrap_or(l.blocks as u64 * c.block_stride),
