@@ -290,6 +290,7 @@ static void test_chunk_not_multiple(void** state) {
   th_store_prompt(rt, kv, &p, st, nb);
   TH_EQ(th_lookup(rt, &p), 5 * 24);
   th_load_and_check(rt, kv, &p, ld, nb, 5 * 24);
+  th_blocks_free(&alloc);
   th_prompt_free(&p);
   tutti_runtime_close(rt);
   th_kv_destroy(kv);
