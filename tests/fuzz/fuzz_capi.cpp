@@ -39,6 +39,7 @@ constexpr ShapeChoice kShapes[] = {
     {2, 1, 8, 2, 4, 8},
     {3, 2, 64, 2, 16, 16},
     {1, 3, 5, 4, 2, 6},
+    {2, 1, 8, 2, 3, 8},  // chunks start inside blocks
 };
 constexpr size_t kBatchSlots = 2;   // batches alive at once
 constexpr size_t kMaxRequests = 3;  // requests per batch, each with its own blocks
@@ -112,7 +113,7 @@ void kv_init(Kv& kv, const ShapeChoice& s, bool hnd, bool fused) {
   kv.layout.v_offset = fused ? tensor : 0;
 }
 
-// One row's expected bytes: a function of the chunk's chain value and the row's position.
+// One row's expected bytes: a function of its token's prefix value and the row's place.
 void pattern_row(uint64_t chain, uint32_t layer, int kv, size_t tok, uint32_t head, unsigned char* out, size_t n) {
   const uint64_t seed = mix(chain ^ (uint64_t{layer} << 48) ^ (uint64_t(kv) << 47) ^ (uint64_t{tok} << 20) ^ head);
   for (size_t i = 0; i < n; i += 8) {
@@ -126,7 +127,10 @@ void pattern_row(uint64_t chain, uint32_t layer, int kv, size_t tok, uint32_t he
 struct Prompt {
   std::vector<int32_t> tokens;
   std::string salt;
-  std::vector<uint64_t> chain;  // chain[c]: (namespace, salt, tokens of chunks 0..c)
+  // prefix[t]: (namespace, salt, tokens 0..t). Whatever tutti hands back for token t was stored
+  // by a prompt with the same prefix (whole or partial chunk keys chain over every token
+  // before), so a row's pattern is a function of it.
+  std::vector<uint64_t> prefix;
 };
 
 // Four base sequences, each prompt a prefix of one that may turn into its own tokens: prompts
@@ -144,10 +148,11 @@ Prompt make_prompt(FuzzInput& in, const std::string& ns, uint32_t ct) {
     case 2: p.salt = "lora-1"; break;
     case 3: p.salt = std::string(1, static_cast<char>(in.byte())); break;
   }
+  (void)ct;
   uint64_t h = hash_bytes(hash_bytes(0x7475747469, ns.data(), ns.size()), p.salt.data(), p.salt.size());
-  for (size_t c = 0; (c + 1) * ct <= n; ++c) {
-    h = hash_bytes(h, p.tokens.data() + c * ct, ct * sizeof(int32_t));
-    p.chain.push_back(h);
+  for (size_t t = 0; t < n; ++t) {
+    h = hash_bytes(h, p.tokens.data() + t, sizeof(int32_t));
+    p.prefix.push_back(h);
   }
   return p;
 }
@@ -173,6 +178,7 @@ struct State {
   std::string dir;
   Kv kv;
   uint32_t ct = 0;  // chunk_tokens of the runtime registered last
+  uint32_t partial = 16;  // its partial_tokens
   std::string ns;
   tutti_runtime* rt = nullptr;
   bool registered = false;
@@ -182,21 +188,20 @@ struct State {
 
 void check_rc(const char* call, int rc) { FUZZ_CHECK_RC(call, rc); }
 
-// Fills the blocks of a request's table with the pattern of every whole chunk it covers.
-void fill(const Kv& kv, const Request& q, uint32_t ct) {
+// Fills the blocks of a request's table with the pattern of every token it covers.
+void fill(const Kv& kv, const Request& q) {
   std::vector<unsigned char> row(kv.row());
-  for (size_t c = 0; c < q.p.chain.size(); ++c)
-    for (size_t t = c * ct; t < (c + 1) * ct; ++t) {
-      if (t / kv.s.block_tokens >= q.table.size()) return;
-      const int32_t block = q.table[t / kv.s.block_tokens];
-      if (block < 0 || static_cast<uint32_t>(block) >= kv.num_blocks) continue;
-      for (uint32_t l = 0; l < kv.s.layers; ++l)
-        for (int side = 0; side < 2; ++side)
-          for (uint32_t h = 0; h < kv.s.heads; ++h) {
-            pattern_row(q.p.chain[c], l, side, t - c * ct, h, row.data(), row.size());
-            std::memcpy(kv.at(l, side, block, t % kv.s.block_tokens, h), row.data(), row.size());
-          }
-    }
+  for (size_t t = 0; t < q.p.tokens.size(); ++t) {
+    if (t / kv.s.block_tokens >= q.table.size()) return;
+    const int32_t block = q.table[t / kv.s.block_tokens];
+    if (block < 0 || static_cast<uint32_t>(block) >= kv.num_blocks) continue;
+    for (uint32_t l = 0; l < kv.s.layers; ++l)
+      for (int side = 0; side < 2; ++side)
+        for (uint32_t h = 0; h < kv.s.heads; ++h) {
+          pattern_row(q.p.prefix[t], l, side, t, h, row.data(), row.size());
+          std::memcpy(kv.at(l, side, block, t % kv.s.block_tokens, h), row.data(), row.size());
+        }
+  }
 }
 
 // Sets a request's region to a value no pattern row has.
@@ -207,16 +212,17 @@ void poison(const Kv& kv, size_t region) {
       std::memset(kv.at(l, side, static_cast<int32_t>(first), 0, 0), 0xa5, kv.blocks_per_region * kv.layout.block_stride);
 }
 
-// A loaded chunk (chunk index c of the prompt) must hold the bytes stored under its key.
-void check_loaded_chunk(const Kv& kv, const Request& q, size_t c, uint32_t ct) {
-  FUZZ_CHECK(c < q.p.chain.size(), "chunk %zu reported loaded, but the prompt has %zu whole chunks", c, q.p.chain.size());
+// A loaded chunk's tokens [lo, hi) (of the prompt) must hold the bytes stored under its key.
+void check_loaded_tokens(const Kv& kv, const Request& q, size_t c, size_t lo, size_t hi) {
+  FUZZ_CHECK(lo <= hi && hi <= q.p.tokens.size(), "chunk %zu reported loaded, tokens [%zu, %zu) of a %zu-token prompt",
+             c, lo, hi, q.p.tokens.size());
   std::vector<unsigned char> want(kv.row());
-  for (size_t t = c * ct; t < (c + 1) * ct; ++t) {
+  for (size_t t = lo; t < hi; ++t) {
     const int32_t block = q.table[t / kv.s.block_tokens];
     for (uint32_t l = 0; l < kv.s.layers; ++l)
       for (int side = 0; side < 2; ++side)
         for (uint32_t h = 0; h < kv.s.heads; ++h) {
-          pattern_row(q.p.chain[c], l, side, t - c * ct, h, want.data(), want.size());
+          pattern_row(q.p.prefix[t], l, side, t, h, want.data(), want.size());
           const unsigned char* got = kv.at(l, side, block, t % kv.s.block_tokens, h);
           FUZZ_CHECK(std::memcmp(got, want.data(), want.size()) == 0,
                      "WRONG BYTES: a load reported chunk %zu of a %zu-token prompt as loaded, but layer %u %c, token %zu, "
@@ -243,11 +249,14 @@ void check_batch(State& st, BatchSlot& s) {
     FUZZ_CHECK(res.tokens <= size_t{res.chunks} * st.ct && fuzz_known_code(res.status),
                "request %zu: result tokens %zu, status %d for %u chunks", i, res.tokens, res.status, res.chunks);
     const size_t first = q.r.token_begin / st.ct;
+    // A load moves exactly [token_begin, token_end); TUTTI_TOKENS_ALL: every whole chunk.
+    const size_t end = q.r.token_end == TUTTI_TOKENS_ALL ? q.r.num_tokens / st.ct * st.ct : q.r.token_end;
     for (size_t j = 0; j < n; ++j) {
       FUZZ_CHECK(fuzz_known_code(status[j]), "request %zu chunk %zu: status %d", i, j, status[j]);
       if (status[j] != 0) continue;
       if (s.op == TUTTI_OP_LOAD) {
-        check_loaded_chunk(st.kv, q, first + j, st.ct);
+        const size_t start = (first + j) * st.ct;
+        check_loaded_tokens(st.kv, q, first + j, std::max(start, q.r.token_begin), std::min(start + st.ct, end));
         ++g_counts.loaded_chunks;
       } else {
         ++g_counts.stored_chunks;
@@ -300,6 +309,8 @@ void step_open(State& st, FuzzInput& in) {
   set("verify", pick(in, {"on", "on", "unsafe-off"}));
   set("io_mode", pick(in, {"object", "object", "per-block-baseline"}));
   set("dram_tier", pick(in, {"0", "0", "256K"}));
+  const std::string partial = pick(in, {"16", "2", "4", "0"});
+  set("partial_tokens", partial);
   set("create", in.in<int>(0, 7) == 7 ? "0" : "1");
   const int rc = tutti_runtime_open(o, &st.rt);
   check_rc("tutti_runtime_open", rc);
@@ -307,6 +318,7 @@ void step_open(State& st, FuzzInput& in) {
   tutti_options_destroy(o);
   st.registered = false;
   st.ct = st.kv.s.chunk_tokens * mult;
+  st.partial = static_cast<uint32_t>(std::stoul(partial));
   st.last = tutti_stats{};
 }
 
@@ -322,8 +334,6 @@ void step_register(State& st, FuzzInput& in) {
   if (rc == 0) {
     FUZZ_CHECK(how == 0 || how > 4, "register_kv accepted a broken layout (case %d)", how);
     FUZZ_CHECK(!st.registered, "register_kv succeeded twice on one runtime");
-    FUZZ_CHECK(st.ct % st.kv.s.block_tokens == 0, "register_kv accepted chunk_tokens %u with %u-token blocks", st.ct,
-               st.kv.s.block_tokens);
     st.registered = true;
     ++g_counts.registered;
   }
@@ -338,8 +348,10 @@ void step_lookup(State& st, FuzzInput& in) {
   check_rc("tutti_lookup", rc);
   if (null_tokens && st.registered) FUZZ_CHECK(rc == TUTTI_EINVAL, "tutti_lookup with NULL tokens = %d", rc);
   if (rc == 0 && cached) ++g_counts.lookup_hits;
+  // Whole chunks, then a partial one in multiples of partial_tokens.
+  const uint32_t g = st.partial < st.ct ? st.partial : 0;
   if (rc == 0)
-    FUZZ_CHECK(cached <= p.tokens.size() && cached % st.ct == 0,
+    FUZZ_CHECK(cached <= p.tokens.size() && (cached % st.ct == 0 || (g && cached % st.ct % g == 0)),
                "tutti_lookup: %zu tokens cached of a %zu-token prompt (chunks of %u)", cached, p.tokens.size(), st.ct);
 }
 
@@ -386,7 +398,7 @@ void step_add(State& st, FuzzInput& in, BatchSlot& s, size_t slot_index) {
     r.num_block_ids = q->table.size();
     const size_t chunks = q->p.tokens.size() / ct;
     r.token_begin = ct * in.in<size_t>(0, chunks);
-    if (in.in<int>(0, 15) == 15) r.token_begin += 1;  // not a chunk boundary
+    if (in.in<int>(0, 7) == 7) r.token_begin = in.in<size_t>(0, r.num_tokens + 1);  // any token
     switch (in.in<int>(0, 3)) {
       case 0: r.token_end = r.num_tokens; break;
       case 1: r.token_end = TUTTI_TOKENS_ALL; break;
@@ -397,7 +409,7 @@ void step_add(State& st, FuzzInput& in, BatchSlot& s, size_t slot_index) {
     // A store reads its blocks, a load writes them: the pattern goes in before a store (and
     // before an op outside the enum, whatever it does), poison before a load.
     poison(st.kv, q->region);
-    if (s.op != TUTTI_OP_LOAD) fill(st.kv, *q, ct);
+    if (s.op != TUTTI_OP_LOAD) fill(st.kv, *q);
     reqs.push_back(r);
     added.push_back(std::move(q));
   }
