@@ -378,6 +378,11 @@ def test_tensor_parallel_ranks_are_asked_through_their_sockets(tmp_path, monkeyp
     sched = TuttiConnector(config, conn.KVConnectorRole.SCHEDULER, cache_config)
     req = Request("r", tokens)
     assert sched.get_num_new_matched_tokens(req, 0) == (24, False)  # min(36, 24)
+    both = conn._Ranks([str(tmp_path / f"kv{r}.pool.sock") for r in range(2)], 5000, parallel=True)
+    lease = both.lookup_lease(conn._ints(tokens), b"", 0)  # asked at once: the same hit
+    assert lease.tokens == 24 and len(lease.held) == 2
+    lease.close()
+    both.close()
     new_blocks = list(range(20, 30))
     sched.update_state_after_alloc(req, KVCacheBlocks(new_blocks), 24)
     so = SimpleNamespace(finished_req_ids=set(), scheduled_new_reqs=[], num_scheduled_tokens={},
