@@ -136,7 +136,8 @@ TUTTI_API const char* tutti_last_error(void);
  *                    rounded down to a multiple of this, as a partial chunk: a slot of its own
  *                    under a key of its own, found by lookups and loads of a prompt that has
  *                    all of its tokens. 0 (or >= chunk_tokens): whole chunks only. Default 16.
- *                    Since 0.6.0.
+ *                    Since 0.6.0. (io_mode=per-block-baseline: whole chunks only, and loads
+ *                    of whole chunks: TUTTI_EUNSUPPORTED for other ranges.)
  *   backend          auto | uring | posix | gpu-uring | cufile | dram | passthru | nvme.
  *                    Default auto: uring where io_uring works, except for pools on tmpfs,
  *                    where posix is faster, and for pools on an NVMe namespace with a KV cache

@@ -82,9 +82,9 @@ void Batch::add(const tutti_request* reqs, size_t n) {
     end = std::max(end, r.token_begin);  // nothing whole past token_begin: an empty range
     const size_t first = r.token_begin / ct;
     const size_t count = end > r.token_begin ? (end - first * ct + ct - 1) / ct : 0;
-    if (rt_->config().io_mode == IoMode::kPerBlockBaseline)
+    if (rt_->config().io_mode == IoMode::kPerBlockBaseline && is_load())
       TUTTI_EXPECT_CODE(count == 0 || (r.token_begin % ct == 0 && end % ct == 0), TUTTI_EUNSUPPORTED,
-                        at() + "io_mode=per-block-baseline moves whole chunks only: token_begin and token_end must "
+                        at() + "io_mode=per-block-baseline loads whole chunks only: token_begin and token_end must "
                                "be multiples of chunk_tokens (" + std::to_string(ct) + ")");
     const size_t bt = kv.block_tokens();
     const size_t need_blocks = (end + bt - 1) / bt;

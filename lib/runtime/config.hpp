@@ -22,8 +22,11 @@ struct Config {
   uint64_t capacity = 0;
   uint32_t chunk_tokens = 0;
   uint32_t partial_tokens = 0;  // granule of partial chunks; 0 (or >= chunk_tokens): none
-  // The granule of partial chunks in effect: 0 when there are none.
-  uint32_t partial_granule() const { return partial_tokens < chunk_tokens ? partial_tokens : 0; }
+  // The granule of partial chunks in effect: 0 when there are none (the per-block baseline
+  // moves whole chunks only).
+  uint32_t partial_granule() const {
+    return partial_tokens < chunk_tokens && io_mode == IoMode::kObject ? partial_tokens : 0;
+  }
   BackendKind backend = BackendKind::kAuto;
   std::string ns;
   IoMode io_mode = IoMode::kObject;

@@ -269,10 +269,17 @@ size_t Runtime::lookup(const int32_t* tokens, size_t n, const void* salt, size_t
   auto keys = chunk_keys(root, tokens, n, cfg_.chunk_tokens);
   size_t tail = 0;
   size_t hit = index_->match_prefix(keys, [&](size_t whole) { return tail_keys(root, keys, whole, tokens, n); }, &tail);
+  return count_lookup(hit, tail, n);
+}
+
+size_t Runtime::count_lookup(size_t whole, size_t tail, size_t n) {
+  const size_t ct = cfg_.chunk_tokens, g = cfg_.partial_granule(), hit = whole * ct + tail * g;
   counters_.lookups++;
-  counters_.hit_chunks += hit + (tail > 0);
-  if (hit < keys.size() || (!tail && hit * cfg_.chunk_tokens < n && cfg_.partial_granule())) counters_.miss_chunks++;
-  return hit * cfg_.chunk_tokens + tail * cfg_.partial_granule();
+  counters_.hit_chunks += whole + (tail > 0);
+  // A miss: the prompt goes on past the hit far enough for a longer partial chunk, or a whole one.
+  const size_t next = g ? std::min((tail + 1) * g, ct) : ct;
+  if (n - whole * ct >= next) counters_.miss_chunks++;
+  return hit;
 }
 
 uint64_t Runtime::lookup_lease(const int32_t* tokens, size_t n, const void* salt, size_t salt_len, uint32_t ttl_ms,
@@ -299,10 +306,7 @@ uint64_t Runtime::lookup_lease(const int32_t* tokens, size_t n, const void* salt
     }
   lease.deadline = ttl_ms ? std::chrono::steady_clock::now() + std::chrono::milliseconds(ttl_ms)
                           : std::chrono::steady_clock::time_point::max();
-  counters_.lookups++;
-  counters_.hit_chunks += lease.slots.size();
-  if (whole < keys.size() || (!tail && whole * cfg_.chunk_tokens < n && cfg_.partial_granule())) counters_.miss_chunks++;
-  *hit = whole * cfg_.chunk_tokens + tail * cfg_.partial_granule();
+  *hit = count_lookup(whole, tail, n);
   std::lock_guard lock(leases_mu_);
   const uint64_t id = ++next_lease_;
   try {

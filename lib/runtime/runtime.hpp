@@ -87,6 +87,9 @@ class Runtime {
   // that chunk, short of a whole chunk and of the prompt's end. None without partial chunks.
   std::vector<Key> tail_keys(const Key& root, const std::vector<Key>& keys, size_t whole, const int32_t* tokens,
                              size_t n) const;
+  // Counts a lookup of an n-token prompt that found `whole` chunks and a partial chunk of
+  // `tail` granules; returns the hit in tokens.
+  size_t count_lookup(size_t whole, size_t tail, size_t n);
   uint64_t torn_records() const { return torn_records_; }
   uint64_t next_load_epoch() { return ++load_epoch_; }
 
