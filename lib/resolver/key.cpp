@@ -38,6 +38,14 @@ void put_tokens(XXH3_state_t* s, const int32_t* tokens, size_t count) {
   }
 }
 
+// A chunk key's hash state: `seed`, then the parent key.
+void start_child(XXH3_state_t* s, uint64_t seed, const Key& parent) {
+  XXH3_INITSTATE(s);
+  XXH3_128bits_reset_withSeed(s, seed);
+  put_u64(s, parent.lo);
+  put_u64(s, parent.hi);
+}
+
 }  // namespace
 
 Key root_key(std::string_view ns, const void* salt, size_t salt_len) {
@@ -53,14 +61,10 @@ Key root_key(std::string_view ns, const void* salt, size_t salt_len) {
 }
 
 Key chunk_key(const Key& parent, const int32_t* tokens, size_t count) {
-  XXH3_state_t state;
-  XXH3_INITSTATE(&state);
-  XXH3_state_t* s = &state;
-  XXH3_128bits_reset_withSeed(s, kChunkSeed);
-  put_u64(s, parent.lo);
-  put_u64(s, parent.hi);
-  put_tokens(s, tokens, count);
-  return from_xxh(XXH3_128bits_digest(s));
+  XXH3_state_t s;
+  start_child(&s, kChunkSeed, parent);
+  put_tokens(&s, tokens, count);
+  return from_xxh(XXH3_128bits_digest(&s));
 }
 
 Key partial_key(const Key& parent, const int32_t* tokens, size_t count) {
@@ -69,17 +73,13 @@ Key partial_key(const Key& parent, const int32_t* tokens, size_t count) {
 }
 
 std::vector<Key> partial_keys(const Key& parent, const int32_t* tokens, size_t count, size_t granule) {
-  XXH3_state_t state;
-  XXH3_INITSTATE(&state);
-  XXH3_state_t* s = &state;
-  XXH3_128bits_reset_withSeed(s, kPartialSeed);
-  put_u64(s, parent.lo);
-  put_u64(s, parent.hi);
+  XXH3_state_t s;
+  start_child(&s, kPartialSeed, parent);
   std::vector<Key> keys;
   keys.reserve(count / granule);
   for (size_t n = granule; n <= count; n += granule) {
-    put_tokens(s, tokens + n - granule, granule);
-    keys.push_back(from_xxh(XXH3_128bits_digest(s)));  // a digest leaves the state going on
+    put_tokens(&s, tokens + n - granule, granule);
+    keys.push_back(from_xxh(XXH3_128bits_digest(&s)));  // a digest leaves the state going on
   }
   return keys;
 }

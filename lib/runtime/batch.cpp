@@ -154,7 +154,7 @@ void Batch::plan() {
         if (c < q.keys.size()) slot = index.pin(q.keys[c]);
         if (!slot && span.hi < ct && g) {  // a range that ends inside the chunk: a partial one holds it
           const Key parent = start == 0 ? q.root : c ? q.keys[c - 1] : q.prefix.back();
-          const auto tails = partial_keys(parent, q.r.tokens + start, std::min(q.r.num_tokens - start, ct - 1), g);
+          const auto tails = rt_->tail_keys(parent, q.r.tokens + start, q.r.num_tokens - start);
           for (size_t t = (span.hi + g - 1) / g - 1; t < tails.size() && !slot; ++t) slot = index.pin(tails[t]);
         }
         if (!slot) {

@@ -254,11 +254,10 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   lookup_server_ = std::move(lookup_server);
 }
 
-std::vector<Key> Runtime::tail_keys(const Key& root, const std::vector<Key>& keys, size_t whole, const int32_t* tokens,
-                                   size_t n) const {
-  const size_t ct = cfg_.chunk_tokens, g = cfg_.partial_granule(), start = whole * ct;
-  if (!g || n <= start) return {};
-  return partial_keys(whole ? keys[whole - 1] : root, tokens + start, std::min(n - start, size_t{ct} - 1), g);
+std::vector<Key> Runtime::tail_keys(const Key& parent, const int32_t* tokens, size_t n) const {
+  const size_t g = cfg_.partial_granule();
+  if (!g || n == 0) return {};
+  return partial_keys(parent, tokens, std::min<size_t>(n, cfg_.chunk_tokens - 1), g);
 }
 
 size_t Runtime::lookup(const int32_t* tokens, size_t n, const void* salt, size_t salt_len) {
@@ -268,7 +267,10 @@ size_t Runtime::lookup(const int32_t* tokens, size_t n, const void* salt, size_t
   const Key root = this->root(salt, salt_len);
   auto keys = chunk_keys(root, tokens, n, cfg_.chunk_tokens);
   size_t tail = 0;
-  size_t hit = index_->match_prefix(keys, [&](size_t whole) { return tail_keys(root, keys, whole, tokens, n); }, &tail);
+  const size_t ct = cfg_.chunk_tokens;
+  size_t hit = index_->match_prefix(
+      keys, [&](size_t whole) { return tail_keys(whole ? keys[whole - 1] : root, tokens + whole * ct, n - whole * ct); },
+      &tail);
   return count_lookup(hit, tail, n);
 }
 
@@ -298,7 +300,8 @@ uint64_t Runtime::lookup_lease(const int32_t* tokens, size_t n, const void* salt
   }
   const size_t whole = lease.slots.size();
   size_t tail = 0;
-  const auto tails = tail_keys(root, keys, whole, tokens, n);
+  const auto tails = tail_keys(whole ? keys[whole - 1] : root, tokens + whole * cfg_.chunk_tokens,
+                               n - whole * cfg_.chunk_tokens);
   for (size_t i = tails.size(); i-- > 0 && !tail;)  // the longest partial chunk that follows
     if (auto slot = index_->pin(tails[i])) {
       lease.slots.push_back(*slot);

@@ -82,11 +82,10 @@ class Runtime {
   Counters& counters() { return counters_; }
   gpu::Device* device() { return device_.get(); }  // the KV cache is in CUDA memory
   Key root(const void* salt, size_t salt_len) const { return root_key(cfg_.ns, salt, salt_len); }
-  // The keys of the partial chunks that may follow the first `whole` chunks of a prompt (of n
-  // tokens, whose whole chunks' keys are `keys`, from `root`): tokens [0, g), [0, 2g), ... of
-  // that chunk, short of a whole chunk and of the prompt's end. None without partial chunks.
-  std::vector<Key> tail_keys(const Key& root, const std::vector<Key>& keys, size_t whole, const int32_t* tokens,
-                             size_t n) const;
+  // The keys of the partial chunks that may follow the chunk keyed `parent`, whose tokens
+  // (n of them, to the prompt's end) start at `tokens`: tokens [0, g), [0, 2g), ..., short of
+  // a whole chunk and of n. None without partial chunks.
+  std::vector<Key> tail_keys(const Key& parent, const int32_t* tokens, size_t n) const;
   // Counts a lookup of an n-token prompt that found `whole` chunks and a partial chunk of
   // `tail` granules; returns the hit in tokens.
   size_t count_lookup(size_t whole, size_t tail, size_t n);

@@ -12,7 +12,7 @@
 // Invariants: no crash, leak, UB or hang; every return is a code of the enum, with a message
 // when it is not 0; counts stay in range (a lookup hit is whole chunks of the prompt, n <= cap);
 // and every chunk a load reports as loaded holds exactly the bytes stored under its key, which
-// are a function of (namespace, salt, tokens up to the chunk's end), so they can be recomputed.
+// are a function of (namespace, salt, tokens up to the row's own), so they can be recomputed.
 #include <dirent.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -135,7 +135,7 @@ struct Prompt {
 
 // Four base sequences, each prompt a prefix of one that may turn into its own tokens: prompts
 // share prefixes, so lookups and loads hit.
-Prompt make_prompt(FuzzInput& in, const std::string& ns, uint32_t ct) {
+Prompt make_prompt(FuzzInput& in, const std::string& ns, uint32_t ct) {  // ct: how long prompts get
   Prompt p;
   const uint32_t base = in.in<uint32_t>(0, 3);
   const size_t n = in.in<size_t>(0, kMaxChunks * ct + ct - 1);
@@ -148,7 +148,6 @@ Prompt make_prompt(FuzzInput& in, const std::string& ns, uint32_t ct) {
     case 2: p.salt = "lora-1"; break;
     case 3: p.salt = std::string(1, static_cast<char>(in.byte())); break;
   }
-  (void)ct;
   uint64_t h = hash_bytes(hash_bytes(0x7475747469, ns.data(), ns.size()), p.salt.data(), p.salt.size());
   for (size_t t = 0; t < n; ++t) {
     h = hash_bytes(h, p.tokens.data() + t, sizeof(int32_t));
