@@ -48,6 +48,8 @@ int cmd_stats(int argc, char** argv) {
           static_cast<double>(records.size() * g.shape().slot_bytes()));
     gauge("tutti_pool_unreadable_records", "Commit records that are torn or damaged", labels, static_cast<double>(torn));
     gauge("tutti_pool_files", "Files the pool is striped over", labels, static_cast<double>(pool->files()));
+    gauge("tutti_pool_ranks", "Runtimes that share the pool, each with its share of the slots", labels,
+          static_cast<double>(pool->ranks()));
     return 0;
   }
   std::printf("pool %s: %zu file(s), format version %u\n", uuid_string(pool->uuid()).c_str(), pool->files(),
@@ -57,6 +59,8 @@ int cmd_stats(int argc, char** argv) {
   std::printf("layout: %s\n", g.shape().describe().c_str());
   std::printf("slot: %s (%s per layer), %" PRIu64 " slots\n", format_bytes(g.shape().slot_bytes()).c_str(),
               format_bytes(g.shape().layer_bytes()).c_str(), g.slots());
+  if (pool->ranks() > 1)
+    std::printf("shared by %u ranks: %" PRIu64 " slots each\n", pool->ranks(), g.slots() / pool->ranks());
   std::printf("chunks: %zu committed (%.1f%% full, %s of KV), %" PRIu64 " unreadable records\n", records.size(),
               g.slots() ? 100.0 * static_cast<double>(records.size()) / static_cast<double>(g.slots()) : 0.0,
               format_bytes(records.size() * g.shape().slot_bytes()).c_str(), torn);

@@ -39,7 +39,7 @@ extern "C" {
 /* ---- Version -------------------------------------------------------------------------- */
 
 #define TUTTI_VERSION_MAJOR 0
-#define TUTTI_VERSION_MINOR 6
+#define TUTTI_VERSION_MINOR 7
 #define TUTTI_VERSION_PATCH 0
 #define TUTTI_VERSION_NUMBER \
   (TUTTI_VERSION_MAJOR * 10000 + TUTTI_VERSION_MINOR * 100 + TUTTI_VERSION_PATCH)
@@ -209,6 +209,17 @@ TUTTI_API const char* tutti_last_error(void);
  *                    SQPOLL CPU per layer 81-90 ms with one thread per ring, 5 ms shared,
  *                    at the same GB/s.
  *   create           1 | 0. Create missing pool files (default 1).
+ *   ranks, rank      one pool for the ranks of a tensor-parallel engine (one process and one
+ *                    runtime per rank, each with its own shard of the KV): with ranks=N > 1,
+ *                    the pool's slots are split into N equal shares, and the runtime with
+ *                    rank=R (0 .. N-1) owns share R alone: its stores, evictions and recovery
+ *                    never touch another rank's, and R is mixed into its chunk keys. The ranks
+ *                    may start together: one creates the pool and the others wait for it. N is
+ *                    fixed when the pool is created: another N fails with TUTTI_ELAYOUT, as
+ *                    does a runtime without ranks; two runtimes with one R, TUTTI_EBUSY.
+ *                    Default 1 and 0 (a pool of one runtime). Since 0.7.0.
+ *   kv_events        how many KV events (chunks stored and removed) the runtime keeps for
+ *                    tutti_runtime_events; 0 (default): none are kept. Since 0.7.0.
  *   lookup_socket    a Unix socket path where the runtime answers lookups of other processes
  *                    (tutti_lookup_client_open), from tutti_runtime_register_kv (which opens
  *                    it, like the pool files) until close. A stale socket there (its runtime
@@ -466,6 +477,53 @@ TUTTI_API int tutti_runtime_stats(const tutti_runtime* rt, tutti_stats* out);
 /* Time spent waiting per layer (ns), summed over all batches; n = min(cap, num_layers). */
 TUTTI_API int tutti_runtime_layer_wait_ns(const tutti_runtime* rt, uint64_t* ns, size_t cap,
                                           size_t* n);
+
+/* ---- Histograms (since 0.7.0) ----------------------------------------------------------
+ * Latencies since the runtime opened. Bucket i < TUTTI_HISTOGRAM_BUCKETS - 1 counts the
+ * samples of at most 2^i microseconds and more than 2^(i-1) (bucket 0: at most 1 us); the
+ * last bucket counts every longer one (over 2^22 us, about 4.2 s). */
+#define TUTTI_HISTOGRAM_BUCKETS 24
+
+typedef enum tutti_histogram_kind {
+  TUTTI_HISTOGRAM_LAYER_WAIT = 0, /* each tutti_batch_wait_layer(_async) call: how long the
+                                     engine waited for a layer (the bubble) */
+  TUTTI_HISTOGRAM_LOAD = 1,       /* each load batch: from submit to its last layer in place */
+  TUTTI_HISTOGRAM_STORE = 2       /* each store batch: from submit to its commit */
+} tutti_histogram_kind;
+
+typedef struct tutti_histogram {
+  uint64_t count;  /* samples */
+  uint64_t sum_ns; /* their sum */
+  uint64_t buckets[TUTTI_HISTOGRAM_BUCKETS];
+} tutti_histogram;
+
+TUTTI_API int tutti_runtime_histogram(const tutti_runtime* rt, int kind, tutti_histogram* out);
+
+/* ---- KV events (since 0.7.0) -----------------------------------------------------------
+ * What the pool gained and lost, for an engine's router that sends prompts where their prefix
+ * is cached. With option kv_events=N > 0 the runtime keeps its last N events (older ones are
+ * dropped, and counted); tutti_runtime_events hands them out oldest first and forgets them.
+ * One thread at a time may call it. */
+typedef enum tutti_kv_event_type {
+  TUTTI_KV_STORED = 1, /* a chunk was committed (a store) */
+  TUTTI_KV_REMOVED = 2 /* a chunk left the pool: evicted for room, or discarded as damaged */
+} tutti_kv_event_type;
+
+typedef struct tutti_kv_event {
+  uint32_t type;          /* tutti_kv_event_type */
+  uint32_t num_tokens;    /* STORED: the chunk's tokens (< chunk_tokens: a partial chunk); else 0 */
+  uint64_t key[2];        /* the chunk's key (as lookups chain them) */
+  uint64_t parent[2];     /* STORED: the key of the chunk before it in its prompt; 0 for a
+                             prompt's first chunk, and for REMOVED */
+  const int32_t* tokens;  /* STORED: its num_tokens token ids, valid until the next
+                             tutti_runtime_events call on this runtime; else NULL */
+} tutti_kv_event;
+
+/* Moves up to cap pending events into out (n: how many); *dropped (may be NULL) receives how
+ * many were dropped since the last call because more than kv_events were pending.
+ * TUTTI_ESTATE without option kv_events. */
+TUTTI_API int tutti_runtime_events(tutti_runtime* rt, tutti_kv_event* out, size_t cap, size_t* n,
+                                   uint64_t* dropped);
 
 #ifdef __cplusplus
 }

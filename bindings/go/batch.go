@@ -30,8 +30,8 @@ const TokensAll = -1
 type Request struct {
 	Tokens     []int32
 	BlockTable []int32
-	TokenBegin int // a multiple of chunk_tokens
-	TokenEnd   int // rounded down to a whole chunk; TokensAll: len(Tokens); 0 moves nothing
+	TokenBegin int // any token (since 0.6)
+	TokenEnd   int // any token (a store ending inside a chunk stores a partial chunk); TokensAll: every whole chunk; 0 moves nothing
 	Salt       []byte
 }
 

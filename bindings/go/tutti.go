@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"unsafe"
 )
 
@@ -89,7 +90,8 @@ func VersionNumber() uint { return uint(C.tutti_version_number()) }
 
 // Runtime is an open pool with (once registered) the engine's KV cache. Safe for concurrent use.
 type Runtime struct {
-	raw *C.tutti_runtime
+	raw    *C.tutti_runtime
+	events sync.Mutex // tutti_runtime_events: one caller at a time
 }
 
 // Open validates options (tutti.h's keys: pool, capacity, chunk_tokens, backend, ...) and opens
@@ -395,4 +397,77 @@ func (rt *Runtime) LayerWaitNs() ([]uint64, error) {
 		return C.tutti_runtime_layer_wait_ns(h, (*C.uint64_t)(unsafe.Pointer(&out[0])), C.size_t(len(out)), &n)
 	})
 	return out[:n], err
+}
+
+// HistogramKind names a latency histogram of a runtime.
+type HistogramKind int
+
+const (
+	HistogramLayerWait HistogramKind = C.TUTTI_HISTOGRAM_LAYER_WAIT // each wait for a layer (the bubble)
+	HistogramLoad      HistogramKind = C.TUTTI_HISTOGRAM_LOAD       // each load batch, submit to in place
+	HistogramStore     HistogramKind = C.TUTTI_HISTOGRAM_STORE      // each store batch, submit to commit
+)
+
+// HistogramBuckets is the number of buckets: bucket i < HistogramBuckets-1 counts the samples
+// of at most 2^i microseconds, the last every longer one.
+const HistogramBuckets = C.TUTTI_HISTOGRAM_BUCKETS
+
+// Histogram is a latency histogram since the runtime opened.
+type Histogram struct {
+	Count   uint64
+	SumNs   uint64
+	Buckets [HistogramBuckets]uint64
+}
+
+// Histogram reads one of the runtime's latency histograms.
+func (rt *Runtime) Histogram(kind HistogramKind) (Histogram, error) {
+	h, err := rt.handle()
+	if err != nil {
+		return Histogram{}, err
+	}
+	var c C.tutti_histogram
+	if err := locked(func() C.int { return C.tutti_runtime_histogram(h, C.int(kind), &c) }); err != nil {
+		return Histogram{}, err
+	}
+	out := Histogram{Count: uint64(c.count), SumNs: uint64(c.sum_ns)}
+	for i := range out.Buckets {
+		out.Buckets[i] = uint64(c.buckets[i])
+	}
+	return out, nil
+}
+
+// KvEvent is a chunk the pool gained (Stored: with its tokens, and the key of the chunk before
+// it in its prompt, zero for the first) or lost. Keys are 128 bits, low word first.
+type KvEvent struct {
+	Stored bool
+	Key    [2]uint64
+	Parent [2]uint64
+	Tokens []int32
+}
+
+// Events returns the KV events since the last call (option kv_events), oldest first, at most
+// max, and how many were dropped because more were pending than the runtime keeps.
+func (rt *Runtime) Events(max int) ([]KvEvent, uint64, error) {
+	h, err := rt.handle()
+	if err != nil || max <= 0 {
+		return nil, 0, err
+	}
+	rt.events.Lock()
+	defer rt.events.Unlock()
+	raw := make([]C.tutti_kv_event, max)
+	var n C.size_t
+	var dropped C.uint64_t
+	if err := locked(func() C.int { return C.tutti_runtime_events(h, &raw[0], C.size_t(max), &n, &dropped) }); err != nil {
+		return nil, 0, err
+	}
+	out := make([]KvEvent, int(n))
+	for i := range out {
+		e := &raw[i]
+		out[i] = KvEvent{Stored: e._type == C.TUTTI_KV_STORED, Key: [2]uint64{uint64(e.key[0]), uint64(e.key[1])},
+			Parent: [2]uint64{uint64(e.parent[0]), uint64(e.parent[1])}}
+		if e.tokens != nil { // valid until the next call: copied now, under the lock
+			out[i].Tokens = append([]int32(nil), unsafe.Slice((*int32)(unsafe.Pointer(e.tokens)), int(e.num_tokens))...)
+		}
+	}
+	return out, uint64(dropped), nil
 }

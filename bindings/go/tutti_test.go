@@ -73,6 +73,60 @@ func TestStoreLookupLoad(t *testing.T) {
 	if w, err := rt.LayerWaitNs(); err != nil || len(w) != layers {
 		t.Fatalf("layer waits %v %v", w, err)
 	}
+	h, err := rt.Histogram(HistogramLayerWait)
+	var sum uint64
+	for _, b := range h.Buckets {
+		sum += b
+	}
+	if err != nil || h.Count != 2*layers || sum != h.Count || h.SumNs != s.LayerWaitNs {
+		t.Fatalf("layer wait histogram %+v %v (stats %+v)", h, err, s)
+	}
+}
+
+func equalInts(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestKvEvents(t *testing.T) {
+	kv := newKV(t)
+	rt, err := Open(map[string]string{"pool": filepath.Join(t.TempDir(), "pool"), "capacity": "64M",
+		"chunk_tokens": "64", "staging": "8M", "kv_events": "16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	if err := rt.RegisterKV(kv.layout()); err != nil {
+		t.Fatal(err)
+	}
+	tokens, table := make([]int32, 128), make([]int32, 8)
+	for i := range tokens {
+		tokens[i] = int32(1000 + i)
+	}
+	for i := range table {
+		table[i] = int32(i)
+	}
+	kv.fill(prompt{tokens: tokens, table: table}, 0, len(tokens))
+	run(t, rt, Store, Request{Tokens: tokens, BlockTable: table, TokenEnd: TokensAll})
+	events, dropped, err := rt.Events(16)
+	if err != nil || dropped != 0 || len(events) != 2 {
+		t.Fatalf("events %+v, dropped %d: %v", events, dropped, err)
+	}
+	first, second := events[0], events[1]
+	if !first.Stored || !second.Stored || first.Parent != [2]uint64{} || second.Parent != first.Key ||
+		!equalInts(first.Tokens, tokens[:64]) || !equalInts(second.Tokens, tokens[64:]) {
+		t.Fatalf("not the prompt's two chunks in order: %+v", events)
+	}
+	if events, _, err := rt.Events(16); err != nil || len(events) != 0 {
+		t.Fatalf("handed out twice: %+v %v", events, err)
+	}
 }
 
 func TestStoreByLayer(t *testing.T) {

@@ -159,8 +159,8 @@ TUTTI_OUT_HANDLE(tutti_lookup_client)
   $3 = &count;
 }
 %typemap(argout) (int* status, size_t cap, size_t* n) {
-  PyObject* l = PyList_New(0);
-  for (size_t i = 0; i < *$3; ++i) PyList_Append(l, PyLong_FromLong($1[i]));
+  PyObject* l = PyList_New((Py_ssize_t)*$3);
+  for (size_t i = 0; i < *$3; ++i) PyList_SET_ITEM(l, (Py_ssize_t)i, PyLong_FromLong($1[i]));
   $result = tutti_py_append($result, l);
 }
 %typemap(freearg) (int* status, size_t cap, size_t* n) { free($1); }
@@ -171,11 +171,46 @@ TUTTI_OUT_HANDLE(tutti_lookup_client)
   $3 = &count;
 }
 %typemap(argout) (uint64_t* ns, size_t cap, size_t* n) {
-  PyObject* l = PyList_New(0);
-  for (size_t i = 0; i < *$3; ++i) PyList_Append(l, PyLong_FromUnsignedLongLong($1[i]));
+  PyObject* l = PyList_New((Py_ssize_t)*$3);
+  for (size_t i = 0; i < *$3; ++i) PyList_SET_ITEM(l, (Py_ssize_t)i, PyLong_FromUnsignedLongLong($1[i]));
   $result = tutti_py_append($result, l);
 }
 %typemap(freearg) (uint64_t* ns, size_t cap, size_t* n) { free($1); }
+
+/* A histogram: (count, sum_ns, [bucket counts]). */
+%typemap(in, numinputs=0) tutti_histogram* out (tutti_histogram tmp) { memset(&tmp, 0, sizeof tmp); $1 = &tmp; }
+%typemap(argout) tutti_histogram* out {
+  PyObject* b = PyList_New(TUTTI_HISTOGRAM_BUCKETS);
+  for (int i = 0; i < TUTTI_HISTOGRAM_BUCKETS; ++i) PyList_SET_ITEM(b, i, PyLong_FromUnsignedLongLong($1->buckets[i]));
+  $result = tutti_py_append($result, Py_BuildValue("(KKN)", (unsigned long long)$1->count,
+                                                   (unsigned long long)$1->sum_ns, b));
+}
+/* KV events: pass the most to take, get ([(type, key_lo, key_hi, parent_lo, parent_hi, tokens or None)], dropped). */
+%typemap(in) (tutti_kv_event* out, size_t cap, size_t* n, uint64_t* dropped) (size_t count = 0, uint64_t lost = 0) {
+  $2 = PyLong_AsSize_t($input);
+  if (PyErr_Occurred()) SWIG_fail;
+  $1 = (tutti_kv_event*)calloc($2 ? $2 : 1, sizeof(tutti_kv_event));
+  $3 = &count;
+  $4 = &lost;
+}
+%typemap(argout) (tutti_kv_event* out, size_t cap, size_t* n, uint64_t* dropped) {
+  PyObject* l = PyList_New((Py_ssize_t)*$3);
+  for (size_t i = 0; i < *$3; ++i) {
+    const tutti_kv_event* e = &$1[i];
+    PyObject* tokens = Py_None;
+    if (e->tokens) {
+      tokens = PyList_New((Py_ssize_t)e->num_tokens);
+      for (uint32_t t = 0; t < e->num_tokens; ++t) PyList_SET_ITEM(tokens, t, PyLong_FromLong(e->tokens[t]));
+    } else {
+      Py_INCREF(Py_None);
+    }
+    PyList_SET_ITEM(l, (Py_ssize_t)i,
+                    Py_BuildValue("(IKKKKN)", e->type, (unsigned long long)e->key[0], (unsigned long long)e->key[1],
+                                  (unsigned long long)e->parent[0], (unsigned long long)e->parent[1], tokens));
+  }
+  $result = tutti_py_append($result, Py_BuildValue("(NK)", l, (unsigned long long)*$4));
+}
+%typemap(freearg) (tutti_kv_event* out, size_t cap, size_t* n, uint64_t* dropped) { free($1); }
 
 /* A CUDA stream: an int (cudaStream_t as an address, e.g. torch's stream.cuda_stream) or None. */
 %typemap(in) void* cuda_stream {

@@ -335,4 +335,26 @@ int tutti_runtime_layer_wait_ns(const tutti_runtime* rt, uint64_t* ns, size_t ca
   });
 }
 
+int tutti_runtime_histogram(const tutti_runtime* rt, int kind, tutti_histogram* out) {
+  return guard([&] {
+    need(rt, "rt");
+    need(out, "out");
+    rt->impl->histogram(kind, out);
+  });
+}
+
+int tutti_runtime_events(tutti_runtime* rt, tutti_kv_event* out, size_t cap, size_t* n, uint64_t* dropped) {
+  return guard([&] {
+    need(rt, "rt");
+    need(n, "n");
+    TUTTI_EXPECT(out != nullptr || cap == 0, "out is NULL");
+    *n = 0;
+    tutti::KvEvents* ev = rt->impl->events();
+    TUTTI_EXPECT_CODE(ev != nullptr, TUTTI_ESTATE,
+                      "this runtime keeps no KV events: open it with option kv_events (how many to keep), and "
+                      "register its KV cache");
+    *n = ev->drain(out, cap, dropped);
+  });
+}
+
 }  // extern "C"

@@ -4,9 +4,9 @@
 
 namespace tutti {
 
-Index::Index(uint64_t slots) : slots_(slots) {
+Index::Index(uint64_t slots, uint64_t first) : first_(first), slots_(slots) {
   free_.reserve(slots);
-  for (uint64_t s = slots; s-- > 0;) free_.push_back(s);
+  for (uint64_t s = slots; s-- > 0;) free_.push_back(first + s);
 }
 
 std::vector<uint64_t> Index::recover(std::vector<Record> records) {
@@ -15,15 +15,15 @@ std::vector<uint64_t> Index::recover(std::vector<Record> records) {
   std::sort(records.begin(), records.end(), [](const Record& a, const Record& b) { return a.generation < b.generation; });
   std::vector<uint64_t> stale;
   for (Record& r : records) {
-    if (r.slot >= slots_.size()) continue;
+    if (r.slot < first_ || r.slot - first_ >= slots_.size()) continue;  // another rank's, or past the end
     if (auto it = map_.find(r.key); it != map_.end()) {
-      Slot& old = slots_[it->second];
+      Slot& old = at(it->second);
       lru_.erase(old.lru);
       old.state = State::kFree;
       stale.push_back(it->second);
       map_.erase(it);
     }
-    Slot& s = slots_[r.slot];
+    Slot& s = at(r.slot);
     s.state = State::kCommitted;
     s.key = r.key;
     s.generation = r.generation;
@@ -35,12 +35,12 @@ std::vector<uint64_t> Index::recover(std::vector<Record> records) {
   }
   free_.clear();
   for (uint64_t s = slots_.size(); s-- > 0;)
-    if (slots_[s].state == State::kFree) free_.push_back(s);
+    if (slots_[s].state == State::kFree) free_.push_back(first_ + s);
   return stale;
 }
 
 void Index::touch(uint64_t slot) {
-  Slot& s = slots_[slot];
+  Slot& s = at(slot);
   if (s.state == State::kCommitted && s.pins == 0) lru_.splice(lru_.begin(), lru_, s.lru);
 }
 
@@ -54,7 +54,7 @@ size_t Index::match_prefix(const std::vector<Key>& keys, const std::function<std
   std::lock_guard lock(mu_);
   auto committed = [&](const Key& k) -> std::optional<uint64_t> {
     auto it = map_.find(k);
-    if (it == map_.end() || slots_[it->second].state != State::kCommitted) return std::nullopt;
+    if (it == map_.end() || at(it->second).state != State::kCommitted) return std::nullopt;
     return it->second;
   };
   std::vector<uint64_t> hit;
@@ -80,15 +80,15 @@ size_t Index::match_prefix(const std::vector<Key>& keys, const std::function<std
 std::optional<uint64_t> Index::pin(const Key& key) {
   std::lock_guard lock(mu_);
   auto it = map_.find(key);
-  if (it == map_.end() || slots_[it->second].state != State::kCommitted) return std::nullopt;
-  Slot& s = slots_[it->second];
+  if (it == map_.end() || at(it->second).state != State::kCommitted) return std::nullopt;
+  Slot& s = at(it->second);
   if (s.pins++ == 0) lru_.erase(s.lru);
   return it->second;
 }
 
 void Index::unpin(uint64_t slot) {
   std::lock_guard lock(mu_);
-  Slot& s = slots_[slot];
+  Slot& s = at(slot);
   if (s.pins == 0 || --s.pins > 0) return;
   if (s.discarded) {  // the last load of a damaged chunk is done: the slot is free again
     s.state = State::kFree;
@@ -105,12 +105,13 @@ void Index::unpin(uint64_t slot) {
 void Index::discard(uint64_t slot) {
   {
     std::lock_guard lock(mu_);
-    Slot& s = slots_[slot];
+    Slot& s = at(slot);
     if (s.state != State::kCommitted || s.pins == 0) return;
     if (!s.discarded) {
       s.discarded = true;
       ++discarded_;
       if (auto it = map_.find(s.key); it != map_.end() && it->second == slot) map_.erase(it);
+      if (on_removed_) on_removed_(s.key);
     }
   }
   unpin(slot);
@@ -122,19 +123,20 @@ uint64_t Index::discarded() const {
 }
 
 void Index::evict(uint64_t slot) {
-  Slot& s = slots_[slot];
+  Slot& s = at(slot);
   map_.erase(s.key);
   lru_.erase(s.lru);
   s.state = State::kFree;
   s.sums.clear();
   ++evictions_;
+  if (on_removed_) on_removed_(s.key);
 }
 
 Index::Allocation Index::allocate(const Key& key) {
   std::lock_guard lock(mu_);
   Allocation a;
   if (auto it = map_.find(key); it != map_.end()) {
-    Slot& s = slots_[it->second];
+    Slot& s = at(it->second);
     a.slot = it->second;
     if (s.state == State::kCommitted) {
       a.claim = Claim::kPresent;
@@ -148,7 +150,7 @@ Index::Allocation Index::allocate(const Key& key) {
   if (!free_.empty()) {
     a.slot = free_.back();
     free_.pop_back();
-    a.reused = slots_[a.slot].dirty;
+    a.reused = at(a.slot).dirty;
   } else if (!lru_.empty()) {
     a.slot = lru_.back();
     evict(a.slot);
@@ -156,7 +158,7 @@ Index::Allocation Index::allocate(const Key& key) {
   } else {
     return a;  // kFull: everything is being written or pinned
   }
-  Slot& s = slots_[a.slot];
+  Slot& s = at(a.slot);
   s.state = State::kWriting;
   s.dirty = false;
   ++s.writes;
@@ -174,7 +176,7 @@ uint64_t Index::next_generation() {
 void Index::commit(uint64_t slot, uint64_t generation, std::vector<uint64_t> sums) {
   {
     std::lock_guard lock(mu_);
-    Slot& s = slots_[slot];
+    Slot& s = at(slot);
     s.state = State::kCommitted;
     s.generation = generation;
     s.committed_write = s.writes;
@@ -187,7 +189,7 @@ void Index::commit(uint64_t slot, uint64_t generation, std::vector<uint64_t> sum
 
 bool Index::wait_settled(uint64_t slot, uint64_t ticket) {
   std::unique_lock lock(mu_);
-  const Slot& s = slots_[slot];
+  const Slot& s = at(slot);
   settled_.wait(lock, [&] { return s.writes != ticket || s.state != State::kWriting; });
   return s.committed_write == ticket;
 }
@@ -195,7 +197,7 @@ bool Index::wait_settled(uint64_t slot, uint64_t ticket) {
 void Index::abandon(uint64_t slot, bool dirty) {
   {
     std::lock_guard lock(mu_);
-    Slot& s = slots_[slot];
+    Slot& s = at(slot);
     if (s.state != State::kWriting) return;
     map_.erase(s.key);
     s.state = State::kFree;

@@ -20,7 +20,8 @@ namespace tutti {
 
 class Index {
  public:
-  explicit Index(uint64_t slots);
+  // Manages the slots [first, first + slots) (a rank's share of a pool, or all of it).
+  explicit Index(uint64_t slots, uint64_t first = 0);
 
   // Rebuilds from commit records (newest generation wins for a duplicated key). Returns the
   // slots whose records lost to a newer duplicate, which the caller should tombstone.
@@ -42,7 +43,7 @@ class Index {
   // slot is free once the last load that pinned it unpins.
   void discard(uint64_t slot);
   // Layer checksums of a committed or pinned slot.
-  const std::vector<uint64_t>& layer_sums(uint64_t slot) const { return slots_[slot].sums; }
+  const std::vector<uint64_t>& layer_sums(uint64_t slot) const { return at(slot).sums; }
 
   enum class Claim { kAllocated, kPresent, kBeingWritten, kFull };
   struct Allocation {
@@ -66,6 +67,10 @@ class Index {
   // it committed (even if the chunk has been evicted since), false if it failed.
   bool wait_settled(uint64_t slot, uint64_t ticket);
 
+  // Called, under the index's lock, with the key of every chunk that leaves: evicted for room,
+  // or discarded as damaged (KV events). Set before the index is shared.
+  void on_removed(std::function<void(const Key&)> fn) { on_removed_ = std::move(fn); }
+
   uint64_t slots() const { return slots_.size(); }
   uint64_t used() const;
   uint64_t committed() const;
@@ -87,11 +92,14 @@ class Index {
     std::list<uint64_t>::iterator lru;  // valid while committed and unpinned
   };
 
+  Slot& at(uint64_t slot) { return slots_[slot - first_]; }
+  const Slot& at(uint64_t slot) const { return slots_[slot - first_]; }
   void touch(uint64_t slot);  // requires mu_
   void evict(uint64_t slot);  // requires mu_
 
   mutable std::mutex mu_;
   std::condition_variable settled_;  // a Writing slot was committed or abandoned
+  uint64_t first_ = 0;
   std::vector<Slot> slots_;
   std::unordered_map<Key, uint64_t, KeyHash> map_;  // committed and writing keys
   std::vector<uint64_t> free_;                      // stack; lowest slots handed out first
@@ -99,6 +107,7 @@ class Index {
   uint64_t next_generation_ = 1;
   uint64_t evictions_ = 0;
   uint64_t discarded_ = 0;
+  std::function<void(const Key&)> on_removed_;
 };
 
 }  // namespace tutti

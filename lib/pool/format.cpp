@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -14,6 +15,7 @@ constexpr char kSuperMagic[8] = {'T', 'U', 'T', 'T', 'I', 'P', 'L', '\0'};
 constexpr char kRecordMagic[8] = {'T', 'U', 'T', 'T', 'I', 'C', 'R', '\0'};
 constexpr size_t kBlock = 4096;
 constexpr uint32_t kShapeKOnly = 1;  // superblock flags: K only, no V (MLA)
+constexpr uint32_t kRanked = 2;      // superblock flags: the slots are split between `ranks` runtimes
 
 // Little helpers that write/read at a cursor; the layout is spelled out in docs/format.md.
 struct Writer {
@@ -118,11 +120,12 @@ void encode_superblock(const Superblock& sb, uint8_t* out) {
   w.put<uint32_t>(sb.shape.head_dim);
   w.put<uint32_t>(sb.shape.elem_bytes);
   w.put<uint32_t>(sb.shape.chunk_tokens);
-  w.put<uint32_t>(sb.shape.k_only ? kShapeKOnly : 0);  // flags
+  w.put<uint32_t>((sb.shape.k_only ? kShapeKOnly : 0) | (sb.ranks > 1 ? kRanked : 0));  // flags
   w.put<uint64_t>(sb.shape.layer_bytes());
   w.put<uint64_t>(sb.shape.slot_bytes());
   w.put<uint64_t>(sb.slots_per_file);
   w.put<uint64_t>(sb.file_bytes);
+  w.put<uint32_t>(sb.ranks > 1 ? sb.ranks : 0);
   uint64_t sum = block_sum(out, kSuperSumAt);
   std::memcpy(out + kSuperSumAt, &sum, 8);
 }
@@ -147,12 +150,17 @@ DecodeStatus decode_superblock(const uint8_t* in, Superblock* sb) {
   sb->shape.elem_bytes = r.get<uint32_t>();
   sb->shape.chunk_tokens = r.get<uint32_t>();
   const uint32_t flags = r.get<uint32_t>();
-  if (flags & ~kShapeKOnly) return DecodeStatus::kBadGeometry;
+  if (flags & ~(kShapeKOnly | kRanked)) return DecodeStatus::kBadGeometry;
   sb->shape.k_only = flags & kShapeKOnly;
   uint64_t layer_bytes = r.get<uint64_t>();
   uint64_t slot_bytes = r.get<uint64_t>();
   sb->slots_per_file = r.get<uint64_t>();
   sb->file_bytes = r.get<uint64_t>();
+  const uint32_t ranks = r.get<uint32_t>();
+  // Unranked pools carry 0 there (all pools before 0.7); a ranked one at least 2, and no more
+  // ranks than slots, so that every rank owns one.
+  if ((flags & kRanked) ? ranks < 2 : ranks != 0) return DecodeStatus::kBadGeometry;
+  sb->ranks = std::max<uint32_t>(ranks, 1);
   // Nothing derived from a crafted shape may overflow; derived sizes are stored too, so a
   // change in the layout rules is caught, not misread.
   if (!shape_problem(sb->shape).empty()) return DecodeStatus::kBadGeometry;
@@ -163,7 +171,8 @@ DecodeStatus decode_superblock(const uint8_t* in, Superblock* sb) {
   if (__builtin_mul_overflow(sb->slots_per_file, slot_bytes, &data_bytes) || data_bytes > (uint64_t{1} << 62))
     return DecodeStatus::kBadGeometry;
   if (sb->file_count == 0 || sb->file_index >= sb->file_count || sb->slots_per_file == 0 ||
-      sb->slots_per_file > kMaxSlotsPerFile || sb->file_bytes != Geometry::file_bytes_for(sb->shape, sb->slots_per_file))
+      sb->slots_per_file > kMaxSlotsPerFile || sb->file_bytes != Geometry::file_bytes_for(sb->shape, sb->slots_per_file) ||
+      sb->ranks > sb->slots_per_file * sb->file_count)
     return DecodeStatus::kBadGeometry;
   return DecodeStatus::kOk;
 }

@@ -27,6 +27,7 @@ struct Superblock {
   Shape shape;
   uint64_t slots_per_file = 0;
   uint64_t file_bytes = 0;
+  uint32_t ranks = 1;  // runtimes that share the pool, each with its own share of the slots
 };
 
 // A committed chunk: slot `slot` holds the object with `key`; layer_sums[l] is the checksum of

@@ -13,12 +13,14 @@
 #include <sys/sysmacros.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 #include "common/units.hpp"
 
 namespace tutti {
@@ -66,9 +68,16 @@ bool lock_holder_alive(const struct stat& st) {
   return alive;
 }
 
-void lock_file(const PoolFile& f) {
-  for (int tries = 0; ::flock(f.fd.get(), LOCK_EX | LOCK_NB) != 0; ++tries) {
+// A pool file is locked by one runtime alone (flock exclusive), or by the ranks that share it
+// (flock shared; each rank then locks its share, see Pool::claim_share). Ranks that start
+// together meet each other's creation of the pool: they retry (Contended) rather than fail.
+enum class LockMode { kAlone, kRanks };
+struct Contended {};
+
+void lock_file(const PoolFile& f, int op, LockMode mode) {
+  for (int tries = 0; ::flock(f.fd.get(), op | LOCK_NB) != 0; ++tries) {
     if (errno != EWOULDBLOCK) fail_errno(errno, "cannot lock pool file " + f.path);
+    if (mode == LockMode::kRanks) throw Contended{};
     struct stat st;
     if (tries == 100 || ::fstat(f.fd.get(), &st) != 0 || lock_holder_alive(st))
       fail(TUTTI_EBUSY, "pool file " + f.path + " is in use by another tutti runtime");
@@ -76,7 +85,7 @@ void lock_file(const PoolFile& f) {
   }
 }
 
-PoolFile open_file(const std::string& path, bool create) {
+PoolFile open_file(const std::string& path, bool create, int lock_op, LockMode mode) {
   PoolFile f;
   f.path = path;
   int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
@@ -89,7 +98,7 @@ PoolFile open_file(const std::string& path, bool create) {
   f.fd = Fd(fd);
   struct statfs fs;
   f.in_memory = ::fstatfs(fd, &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC);
-  lock_file(f);
+  lock_file(f, lock_op, mode);
   return f;
 }
 
@@ -180,11 +189,24 @@ bool replaceable(const Head& h) {
   return h.status == DecodeStatus::kBadVersion && h.version != 0 && h.version < kFormatVersion;
 }
 
+// Where a rank's lock lies in file 0: a byte-range lock of one byte per rank, past any data.
+constexpr off_t kShareLockAt = off_t{1} << 62;
+
+bool share_lock(const PoolFile& f, uint32_t rank, short type) {
+  struct flock l = {};
+  l.l_type = type;
+  l.l_whence = SEEK_SET;
+  l.l_start = kShareLockAt + rank;
+  l.l_len = 1;
+  return ::fcntl(f.fd.get(), F_OFD_SETLK, &l) == 0;
+}
+
 }  // namespace
 
 Pool::~Pool() {
   // Unlock explicitly: io_uring may still hold the file for a moment after its ring is gone,
   // and a reopen must not find the pool busy.
+  if (share_ >= 0) share_lock(files_[0], static_cast<uint32_t>(share_), F_UNLCK);
   for (auto& f : files_)
     if (f.fd) ::flock(f.fd.get(), LOCK_UN);
 }
@@ -193,8 +215,36 @@ std::unique_ptr<Pool> Pool::open(const PoolOptions& opts, const Shape& shape) {
   TUTTI_EXPECT(!opts.uris.empty(), "no pool location given");
   const std::string bad_shape = shape_problem(shape);
   TUTTI_EXPECT(bad_shape.empty(), "KV shape " + shape.describe() + ": " + bad_shape);
+  TUTTI_EXPECT(opts.ranks >= 1 && (opts.rank < opts.ranks || opts.rank == kEveryRank),
+               "rank " + std::to_string(opts.rank) + " of " + std::to_string(opts.ranks) + " ranks");
+  // Ranks of one engine start together: one creates the pool, the others wait for it (a
+  // large pool on a raw device takes a while to create: its record area is cleared).
+  const auto start = std::chrono::steady_clock::now();
+  bool told = false;
+  for (uint32_t backoff = 1;; backoff = std::min(backoff * 2, 64u)) {
+    try {
+      return open_once(opts, shape);
+    } catch (const Contended&) {
+      const auto waited = std::chrono::steady_clock::now() - start;
+      if (waited > std::chrono::seconds(kRankWaitSeconds))
+        fail(TUTTI_EBUSY, "pool file " + opts.uris[0].path + " stayed locked for " +
+                              std::to_string(kRankWaitSeconds) +
+                              " s: a runtime that does not share it holds it, or a rank creating it is stuck");
+      if (!told && waited > std::chrono::seconds(2)) {
+        told = true;
+        log(TUTTI_LOG_INFO, "rank " + std::to_string(opts.rank) + " waits for pool file " + opts.uris[0].path +
+                                ": another rank is creating it, or a runtime that does not share it holds it");
+      }
+      ::usleep(backoff * 1000 + static_cast<uint32_t>(::getpid()) % 1000);
+    }
+  }
+}
+
+std::unique_ptr<Pool> Pool::open_once(const PoolOptions& opts, const Shape& shape) {
   std::unique_ptr<Pool> pool(new Pool());
   const size_t n = opts.uris.size();
+  const LockMode mode = opts.ranks > 1 && opts.rank != kEveryRank ? LockMode::kRanks : LockMode::kAlone;
+  const int hold = mode == LockMode::kRanks ? LOCK_SH : LOCK_EX;  // how the pool is held once open
   // A missing file is made under a temporary name and renamed into place once its superblock
   // is durable: a crash while creating leaves no zero-headed file at the pool's path (which
   // no open would accept). Files this call creates are removed again, and files it found
@@ -202,6 +252,9 @@ std::unique_ptr<Pool> Pool::open(const PoolOptions& opts, const Shape& shape) {
   // as it was.
   std::vector<std::pair<std::string, std::string>> made;  // (temporary name, path)
   std::vector<size_t> was_empty;
+  // Files found empty are emptied again only by a runtime that holds them alone: a rank that
+  // lost a race to create the pool must not truncate what the winner wrote.
+  bool exclusive = mode == LockMode::kAlone;
   try {
     std::vector<Superblock> sbs(n);
     std::vector<Head> heads(n);
@@ -218,12 +271,14 @@ std::unique_ptr<Pool> Pool::open(const PoolOptions& opts, const Shape& shape) {
         ids.emplace_back(st.st_dev, st.st_ino);
       }
       if (exists) {
-        pool->files_.push_back(open_file(path, opts.create));
+        pool->files_.push_back(open_file(path, opts.create, hold, mode));
       } else {
-        // Locked, so a live creator elsewhere means EBUSY; a dead one's leftovers are cleared.
+        // Locked, so a live creator elsewhere means EBUSY (or, for a rank, a sibling creating
+        // it: wait); a dead one's leftovers are cleared.
         const std::string tmp = path + ".tutti-new";
-        pool->files_.push_back(open_file(tmp, true));
+        pool->files_.push_back(open_file(tmp, true, LOCK_EX, mode));
         made.emplace_back(tmp, path);
+        if (::stat(path.c_str(), &st) == 0) throw Contended{};  // a sibling rank made it meanwhile
         if (::ftruncate(pool->files_.back().fd.get(), 0) != 0) fail_errno(errno, "truncate " + tmp);
         pool->files_.back().path = path;
       }
@@ -239,25 +294,55 @@ std::unique_ptr<Pool> Pool::open(const PoolOptions& opts, const Shape& shape) {
     }
     if (existing == 0) {
       TUTTI_EXPECT_CODE(opts.create, TUTTI_EACCES, "pool is blank and create=0");
+      // Only one runtime writes a new pool: a rank holds its files shared until now.
+      if (mode == LockMode::kRanks)
+        for (auto& f : pool->files_) lock_file(f, LOCK_EX, mode);
+      exclusive = true;
       pool->create(opts, shape);
       for (const auto& [tmp, path] : made) {
         if (::rename(tmp.c_str(), path.c_str()) != 0) fail_errno(errno, "rename " + tmp + " to " + path);
         sync_dir(path);
       }
-      return pool;
+      made.clear();
+      was_empty.clear();  // a pool now: never emptied again by this open
+      if (mode == LockMode::kRanks)
+        for (auto& f : pool->files_) lock_file(f, LOCK_SH, mode);  // a downgrade: never contended
+    } else {
+      TUTTI_EXPECT_CODE(existing == n, TUTTI_ELAYOUT,
+                        "pool has " + std::to_string(existing) + " existing file(s) and " +
+                            std::to_string(n - existing) + " blank one(s): a pool cannot grow by adding files");
+      pool->adopt(sbs, shape, opts);
     }
-    TUTTI_EXPECT_CODE(existing == n, TUTTI_ELAYOUT,
-                      "pool has " + std::to_string(existing) + " existing file(s) and " + std::to_string(n - existing) +
-                          " blank one(s): a pool cannot grow by adding files");
-    pool->adopt(sbs, shape);
+    pool->claim_share(opts);
     return pool;
   } catch (...) {
     for (const auto& [tmp, path] : made) ::unlink(tmp.c_str());
-    for (size_t i : was_empty)
+    for (size_t i : exclusive ? was_empty : std::vector<size_t>{})
       if (::ftruncate(pool->files_[i].fd.get(), 0) != 0) {  // best effort: it was empty
       }
     throw;
   }
+}
+
+// The slots this runtime owns: an equal share per rank (the remainder of the division is left
+// unused), locked by a byte-range lock so that no two runtimes own one share.
+void Pool::claim_share(const PoolOptions& opts) {
+  const uint64_t slots = geometry_.slots();
+  if (ranks_ == 1 || opts.rank == kEveryRank) {
+    owned_ = {0, slots};
+    return;
+  }
+  const uint64_t per = slots / ranks_;
+  // A rank that was just killed may hold its lock a moment longer (its io_uring rings).
+  for (int tries = 0; !share_lock(files_[0], opts.rank, F_WRLCK); ++tries) {
+    if (errno != EAGAIN && errno != EACCES) fail_errno(errno, "cannot lock rank " + std::to_string(opts.rank) + "'s share of pool file " + files_[0].path);
+    if (tries == 100)
+      fail(TUTTI_EBUSY, "rank " + std::to_string(opts.rank) + " of pool " + files_[0].path +
+                            " is in use by another tutti runtime (two ranks with the same number?)");
+    ::usleep(10000);
+  }
+  owned_ = {opts.rank * per, per};
+  share_ = static_cast<int64_t>(opts.rank);
 }
 
 // A new pool: every file gets the same number of slots.
@@ -273,8 +358,10 @@ void Pool::create(const PoolOptions& opts, const Shape& shape) {
     spf = std::min(spf, Geometry::slots_for(shape, want));
   }
   spf = std::min(spf, kMaxSlotsPerFile);
-  if (spf == 0)
-    fail(TUTTI_EINVAL, "pool capacity is too small for one chunk: a slot of " + shape.describe() + " needs " +
+  if (spf == 0 || spf * n < opts.ranks)
+    fail(TUTTI_EINVAL, "pool capacity is too small for one chunk" +
+                           (opts.ranks > 1 ? " per rank (" + std::to_string(opts.ranks) + " ranks)" : std::string()) +
+                           ": a slot of " + shape.describe() + " needs " +
                            format_bytes(shape.slot_bytes() + Geometry::kRecordBytes) + " per file");
   geometry_ = Geometry(shape, static_cast<uint32_t>(n), spf);
   if (::getrandom(uuid_.data(), uuid_.size(), 0) != static_cast<ssize_t>(uuid_.size())) fail_errno(errno, "getrandom");
@@ -302,32 +389,41 @@ void Pool::create(const PoolOptions& opts, const Shape& shape) {
     sb.shape = shape;
     sb.slots_per_file = spf;
     sb.file_bytes = bytes;
+    sb.ranks = opts.ranks;
     AlignedBuffer buf(Geometry::kSuperblockBytes);
     encode_superblock(sb, reinterpret_cast<uint8_t*>(buf.data()));
     pwrite_full(f, buf.data(), buf.size(), 0);
     if (::fsync(f.fd.get()) != 0) fail_errno(errno, "fsync " + f.path);
   }
   created_ = true;
+  ranks_ = opts.ranks;
 }
 
 // An existing pool: the files must be one pool, given in any order, made for this shape.
-void Pool::adopt(const std::vector<Superblock>& sbs, const Shape& shape) {
+void Pool::adopt(const std::vector<Superblock>& sbs, const Shape& shape, const PoolOptions& opts) {
   const size_t n = files_.size();
   std::vector<PoolFile> ordered(n);
   for (size_t i = 0; i < n; ++i) {
     const Superblock& sb = sbs[i];
     TUTTI_EXPECT_CODE(sb.uuid == sbs[0].uuid && sb.file_count == n && sb.file_index < n && !ordered[sb.file_index].fd &&
-                          sb.slots_per_file == sbs[0].slots_per_file,
+                          sb.slots_per_file == sbs[0].slots_per_file && sb.ranks == sbs[0].ranks,
                       TUTTI_ELAYOUT,
                       "pool files do not form one pool: " + files_[i].path + " is file " + std::to_string(sb.file_index) +
                           " of " + std::to_string(sb.file_count) + " of pool " + uuid_string(sb.uuid));
     if (!(sb.shape == shape))
       fail(TUTTI_ELAYOUT, "pool " + files_[i].path + " was created for " + sb.shape.describe() +
                               ", but the KV cache registered has " + shape.describe());
+    if (sb.ranks != opts.ranks && opts.rank != kEveryRank)
+      fail(TUTTI_ELAYOUT, "pool " + files_[i].path + " is " +
+                              (sb.ranks > 1 ? "shared by " + std::to_string(sb.ranks) + " ranks" : std::string("not shared")) +
+                              ", but this runtime is " +
+                              (opts.ranks > 1 ? "rank " + std::to_string(opts.rank) + " of " + std::to_string(opts.ranks)
+                                              : std::string("not a rank (option ranks)")));
     ordered[sb.file_index] = std::move(files_[i]);
   }
   files_ = std::move(ordered);
   uuid_ = sbs[0].uuid;
+  ranks_ = sbs[0].ranks;
   geometry_ = Geometry(shape, static_cast<uint32_t>(n), sbs[0].slots_per_file);
   for (auto& f : files_)
     if (file_size(f) < Geometry::file_bytes_for(shape, sbs[0].slots_per_file))
@@ -338,24 +434,28 @@ std::unique_ptr<Pool> Pool::open_existing(const std::vector<PoolUri>& uris) {
   TUTTI_EXPECT(!uris.empty(), "no pool location given");
   Superblock sb;
   {
-    PoolFile f = open_file(uris[0].path, false);
+    PoolFile f = open_file(uris[0].path, false, LOCK_EX, LockMode::kAlone);
     check_superblock(read_superblock(f, &sb), uris[0].path);
   }
   PoolOptions opts;
   opts.uris = uris;
   opts.create = false;
+  opts.rank = kEveryRank;
   return open(opts, sb.shape);
 }
 
 std::vector<Record> Pool::read_records(uint64_t* torn, std::vector<std::pair<uint64_t, DecodeStatus>>* bad_out) const {
   std::vector<Record> out;
   uint64_t bad = 0;
-  const uint64_t spf = geometry_.slots_per_file();
   const uint64_t step = 256;  // records per read
+  const uint64_t n = files_.size(), end = owned_.first + owned_.count;
   AlignedBuffer buf(step * Geometry::kRecordBytes);
-  for (uint32_t fi = 0; fi < files_.size(); ++fi) {
-    for (uint64_t first = 0; first < spf; first += step) {
-      uint64_t count = std::min(step, spf - first);
+  for (uint32_t fi = 0; fi < n; ++fi) {
+    // The local indices of this file whose global slots (local * n + fi) are owned.
+    const auto local_at = [&](uint64_t slot) { return slot > fi ? (slot - fi + n - 1) / n : 0; };
+    const uint64_t lo = local_at(owned_.first), hi = local_at(end);
+    for (uint64_t first = lo; first < hi; first += step) {
+      uint64_t count = std::min(step, hi - first);
       pread_full(files_[fi], buf.data(), count * Geometry::kRecordBytes,
                  Geometry::kSuperblockBytes + first * Geometry::kRecordBytes);
       for (uint64_t i = 0; i < count; ++i) {

@@ -15,10 +15,25 @@
 
 namespace tutti {
 
+// A pool may be shared by the ranks of a tensor-parallel engine, one runtime each: every rank
+// owns an equal, disjoint share of the slots, and only ever reads or writes the records and
+// data of its own share.
+constexpr uint32_t kEveryRank = UINT32_MAX;  // PoolOptions::rank of fsck and stats: the whole pool
+constexpr int kRankWaitSeconds = 120;        // how long ranks wait for the one creating their pool
+
 struct PoolOptions {
   std::vector<PoolUri> uris;
   uint64_t capacity = 8ull << 30;  // split over the URIs that carry no ?size=
   bool create = true;
+  uint32_t ranks = 1;  // runtimes sharing the pool (recorded at creation; must match after)
+  uint32_t rank = 0;   // this runtime's share, < ranks; or kEveryRank (exclusive, whatever ranks)
+};
+
+// The slots [first, first + count) of one rank.
+struct SlotRange {
+  uint64_t first = 0;
+  uint64_t count = 0;
+  bool contains(uint64_t slot) const { return slot >= first && slot - first < count; }
 };
 
 struct PoolFile {
@@ -31,9 +46,11 @@ struct PoolFile {
 class Pool {
  public:
   // Opens the pool for `shape`, creating its files when they are missing, empty, or pools of
-  // an older format (with create). Throws ELAYOUT when the files were made for another shape,
-  // EBUSY when another runtime holds them, ECORRUPT when a path holds anything else (a file
-  // that is not a pool is never written). A failed open leaves every path as it found it.
+  // an older format (with create). Throws ELAYOUT when the files were made for another shape
+  // or another number of ranks, EBUSY when another runtime holds them (or this rank's share),
+  // ECORRUPT when a path holds anything else (a file that is not a pool is never written). A
+  // failed open leaves every path as it found it. Ranks that start together wait for the one
+  // that creates the pool.
   static std::unique_ptr<Pool> open(const PoolOptions& opts, const Shape& shape);
   // Opens an existing pool whatever its shape (fsck, stats).
   static std::unique_ptr<Pool> open_existing(const std::vector<PoolUri>& uris);
@@ -45,8 +62,11 @@ class Pool {
   size_t files() const { return files_.size(); }
   const PoolFile& file(size_t i) const { return files_[i]; }
   bool created() const { return created_; }
+  uint32_t ranks() const { return ranks_; }
+  // The slots this runtime owns: its rank's share, or every slot.
+  SlotRange owned() const { return owned_; }
 
-  // Every valid commit record; `torn` counts the records that are neither valid nor blank,
+  // Every valid commit record of the owned slots; `torn` counts the records that are neither valid nor blank,
   // and `bad`, if given, receives each one's slot and why (fsck).
   std::vector<Record> read_records(uint64_t* torn = nullptr,
                                    std::vector<std::pair<uint64_t, DecodeStatus>>* bad = nullptr) const;
@@ -58,14 +78,19 @@ class Pool {
 
  private:
   Pool() = default;
+  static std::unique_ptr<Pool> open_once(const PoolOptions& opts, const Shape& shape);
   void create(const PoolOptions& opts, const Shape& shape);
-  void adopt(const std::vector<Superblock>& sbs, const Shape& shape);
+  void adopt(const std::vector<Superblock>& sbs, const Shape& shape, const PoolOptions& opts);
+  void claim_share(const PoolOptions& opts);
   void write_blocks(const std::vector<std::pair<uint64_t, const uint8_t*>>& by_slot) const;
 
   std::vector<PoolFile> files_;
   Geometry geometry_;
   Uuid uuid_{};
   bool created_ = false;
+  uint32_t ranks_ = 1;
+  SlotRange owned_;
+  int64_t share_ = -1;  // the rank whose share this runtime locked, or -1
 };
 
 }  // namespace tutti

@@ -48,7 +48,7 @@ void start_child(XXH3_state_t* s, uint64_t seed, const Key& parent) {
 
 }  // namespace
 
-Key root_key(std::string_view ns, const void* salt, size_t salt_len) {
+Key root_key(std::string_view ns, const void* salt, size_t salt_len, uint32_t rank, uint32_t ranks) {
   XXH3_state_t state;
   XXH3_INITSTATE(&state);
   XXH3_state_t* s = &state;
@@ -57,6 +57,10 @@ Key root_key(std::string_view ns, const void* salt, size_t salt_len) {
   XXH3_128bits_update(s, ns.data(), ns.size());
   put_u64(s, salt_len);
   if (salt_len) XXH3_128bits_update(s, salt, salt_len);
+  if (ranks > 1) {  // the keys of a pool's one runtime stay what they were before ranks
+    put_u64(s, rank);
+    put_u64(s, ranks);
+  }
   return from_xxh(XXH3_128bits_digest(s));
 }
 

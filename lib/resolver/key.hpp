@@ -21,7 +21,9 @@ struct KeyHash {
   size_t operator()(const Key& k) const noexcept { return static_cast<size_t>(k.lo ^ (k.hi * 0x9E3779B97F4A7C15ull)); }
 };
 
-Key root_key(std::string_view ns, const void* salt, size_t salt_len);
+// The key every prompt's chain starts from: the namespace, the request's salt, and the rank of
+// a runtime that shares its pool with others (ranks > 1), so that ranks' keys never meet.
+Key root_key(std::string_view ns, const void* salt, size_t salt_len, uint32_t rank = 0, uint32_t ranks = 1);
 Key chunk_key(const Key& parent, const int32_t* tokens, size_t count);
 
 // A partial chunk: the tail of a prompt, fewer tokens than a chunk, stored in a slot of its

@@ -115,6 +115,7 @@ void Batch::add(const tutti_request* reqs, size_t n) {
     q.prefix.assign(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(std::min(first, keys.size())));
     q.keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(std::min(first, keys.size())), keys.end());
     q.status.assign(count, 0);
+    if (!is_load() && rt_->events()) q.tokens.assign(r.tokens + first * ct, r.tokens + end);
     added.push_back(std::move(q));
   }
   for (auto& q : added) reqs_.push_back(std::move(q));
@@ -123,6 +124,7 @@ void Batch::add(const tutti_request* reqs, size_t n) {
 void Batch::submit() {
   TUTTI_EXPECT_CODE(state_ == State::kBuilding, TUTTI_ESTATE, "the batch was already submitted");
   rt_->require_open();
+  submitted_ = std::chrono::steady_clock::now();
   rt_->batch_started();
   try {
     plan();
@@ -347,6 +349,19 @@ void Batch::commit() {
     fail_all(e.code());
     records.clear();
   }
+  // KV events before the chunks become visible (once visible they may be evicted, and a router
+  // must not hear of a removal before the store), in each prompt's order.
+  if (KvEvents* ev = rt_->events()) {
+    const size_t ct = rt_->config().chunk_tokens;
+    for (size_t i = 0; i < chunks_.size() && !records.empty(); ++i) {
+      if (chunks_[i].error.load()) continue;
+      const Request& q = reqs_[owners_[i].req];
+      const size_t c = owners_[i].chunk;
+      const Key parent = c ? q.keys[c - 1] : q.prefix.empty() ? Key{} : q.prefix.back();
+      const size_t from = std::min(c * ct, q.tokens.size()), to = std::min(from + ct, q.tokens.size());
+      ev->stored(q.keys[c], parent, std::span<const int32_t>(q.tokens).subspan(from, to - from));
+    }
+  }
   // LRU eviction takes a chain from its end, never orphaning the chunks after a prefix.
   size_t r = 0;
   for (size_t i = chunks_.size(); i-- > 0;) {
@@ -384,6 +399,10 @@ void Batch::finish() {
     log(TUTTI_LOG_INFO, std::string(is_load() ? "a load" : "a store") + ": " + std::to_string(failed) + " of " +
                             std::to_string(chunks_.size()) + " chunk(s) failed (" + first_error() + ")");
   if (by_layer() && !chunks_.empty()) rt_->by_layer_ended(this);
+  (is_load() ? c.load : c.store)
+      .add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now() - submitted_)
+                                     .count()));
   rt_->batch_ended();  // the last use of the runtime's I/O side: close() may go on
   for (Request& q : reqs_) {
     fail_after_first_error(q.status);
@@ -415,6 +434,7 @@ void Batch::count_wait(uint32_t layer, std::chrono::steady_clock::time_point sin
   auto& c = rt_->counters();
   c.layer_waits++;
   c.layer_wait_ns += static_cast<uint64_t>(ns);
+  c.layer_wait.add(static_cast<uint64_t>(ns));
   c.per_layer_wait_ns[layer] += static_cast<uint64_t>(ns);
 }
 

@@ -65,6 +65,7 @@ class Batch final : public Scheduled, private PathSink {
     std::vector<Key> keys;             // of the chunks in range
     std::vector<Key> prefix;           // of the chunks before it (a store pins those present)
     std::vector<int> status;           // per chunk in range
+    std::vector<int32_t> tokens;       // a store's, with KV events: its chunks' tokens, from its first
   };
   // Whose chunk each PathChunk is.
   struct Owner {
@@ -103,6 +104,7 @@ class Batch final : public Scheduled, private PathSink {
   std::vector<Awaited> awaited_;
   std::vector<uint64_t> held_;       // store: slots pinned until finish (present, prefix)
   bool settled_ = false;
+  std::chrono::steady_clock::time_point submitted_;  // the load and store histograms' start
   uint64_t epoch_ = 0;               // CUDA memory: this load batch's number
   std::atomic<uint32_t> unlanded_{0};
   std::vector<uint8_t> layer_done_;  // guarded by mu_

@@ -34,6 +34,9 @@ const std::vector<OptionInfo>& option_table() {
       {"nvme_controller", "0", "nvme: tutti_kmod's controller number"},
       {"nvme_data_pointer", "auto", "nvme: auto (SGL where the controller has them) | sgl | prp"},
       {"create", "1", "1 | 0: create missing pool files"},
+      {"ranks", "1", "runtimes that share the pool, one per tensor-parallel rank: each owns 1/ranks of its slots (fixed when the pool is created)"},
+      {"rank", "0", "this runtime's rank among `ranks` (0 .. ranks-1): its share of the pool, and part of every chunk key"},
+      {"kv_events", "0", "KV events (chunks stored and removed) kept for tutti_runtime_events (0: none)"},
       {"lookup_socket", "", "Unix socket path where the runtime answers lookups from other processes (tutti_lookup_client_open); empty: none"},
   };
   return table;
@@ -135,6 +138,12 @@ void apply(Config& c, const std::string& key, const std::string& v) {
     c.nvme_data_pointer = v;
   } else if (key == "create") {
     c.create = flag_of(key, v);
+  } else if (key == "kv_events") {
+    c.kv_events = count_of(key, v, 0, 1u << 24);
+  } else if (key == "ranks") {
+    c.ranks = count_of(key, v, 1, 65536);
+  } else if (key == "rank") {
+    c.rank = count_of(key, v, 0, 65535);
   } else if (key == "lookup_socket") {
     TUTTI_EXPECT(v.size() < sizeof(sockaddr_un{}.sun_path),
                  "option lookup_socket: '" + v + "' is longer than a Unix socket path may be (" +
@@ -187,6 +196,8 @@ Config Options::resolve() const {
     }
   }
   for (auto& p : pools) apply(c, "pool", p);
+  TUTTI_EXPECT(c.rank < c.ranks, "option rank: " + std::to_string(c.rank) + " is not below ranks (" +
+                                     std::to_string(c.ranks) + ")");
   return c;
 }
 

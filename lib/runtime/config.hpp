@@ -46,6 +46,9 @@ struct Config {
   uint32_t nvme_controller = 0;
   std::string nvme_data_pointer;
   bool create = true;
+  uint32_t ranks = 1;  // runtimes sharing the pool
+  uint32_t rank = 0;   // this one's share
+  uint32_t kv_events = 0;  // events kept for tutti_runtime_events; 0: none
   std::string lookup_socket;  // "": no lookup service
 };
 

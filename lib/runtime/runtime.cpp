@@ -115,6 +115,8 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   po.uris = cfg_.pools;
   po.capacity = cfg_.capacity;
   po.create = cfg_.create;
+  po.ranks = cfg_.ranks;
+  po.rank = cfg_.rank;
   auto pool = Pool::open(po, shape);
   // The lookup service, bound once the pool is this runtime's (a second runtime on it failed
   // above); until register_kv returns its clients are told TUTTI_ESTATE.
@@ -144,7 +146,12 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   settle_plan(plan, cfg_, *binding, *pool, bc);
   const BackendKind b = plan.backend;
 
-  auto index = std::make_unique<Index>(pool->geometry().slots());
+  auto index = std::make_unique<Index>(pool->owned().count, pool->owned().first);
+  std::unique_ptr<KvEvents> events;
+  if (cfg_.kv_events) {
+    events = std::make_unique<KvEvents>(cfg_.kv_events);
+    index->on_removed([ev = events.get()](const Key& k) { ev->removed(k); });
+  }
   auto stale = index->recover(pool->read_records(&torn_records_));
   pool->write_tombstones(stale);
 
@@ -229,6 +236,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   store_path_ = make_layer_path(plan.store, store);
   pool_ = std::move(pool);
   index_ = std::move(index);
+  events_ = std::move(events);
   staging_ = std::move(staging);
   staging_pin_ = std::move(staging_pin);
   dram_ = std::move(dram_pool);
@@ -373,6 +381,15 @@ std::vector<uint64_t> Runtime::layer_wait_ns() const {
   if (!binding_) return out;
   for (uint32_t l = 0; l < binding_->shape().layers; ++l) out.push_back(counters_.per_layer_wait_ns[l]);
   return out;
+}
+
+void Runtime::histogram(int kind, tutti_histogram* out) const {
+  switch (kind) {
+    case TUTTI_HISTOGRAM_LAYER_WAIT: return counters_.layer_wait.read(out);
+    case TUTTI_HISTOGRAM_LOAD: return counters_.load.read(out);
+    case TUTTI_HISTOGRAM_STORE: return counters_.store.read(out);
+  }
+  fail(TUTTI_EINVAL, "histogram kind " + std::to_string(kind) + " is not a tutti_histogram_kind");
 }
 
 }  // namespace tutti

@@ -14,12 +14,14 @@
 
 #include "binding/kv_binding.hpp"
 #include "binding/staging.hpp"
+#include "common/histogram.hpp"
 #include "datapath/backend.hpp"
 #include "datapath/dram.hpp"
 #include "datapath/dram_tier.hpp"
 #include "datapath/gpu_uring.hpp"
 #include "datapath/layer_path.hpp"
 #include "index/index.hpp"
+#include "index/kv_events.hpp"
 #include "lookup/server.hpp"
 #include "kernels/device.hpp"
 #include "resolver/key.hpp"
@@ -37,6 +39,7 @@ struct Counters {
   std::atomic<uint64_t> lookups{0}, hit_chunks{0}, miss_chunks{0}, stored_chunks{0}, failed_chunks{0}, layer_waits{0},
       layer_wait_ns{0};
   std::unique_ptr<std::atomic<uint64_t>[]> per_layer_wait_ns;
+  Histogram layer_wait, load, store;  // tutti_histogram_kind
 };
 
 class Runtime {
@@ -69,6 +72,9 @@ class Runtime {
   const char* backend_name() const { return backend_name_.load(); }
   tutti_stats stats() const;
   std::vector<uint64_t> layer_wait_ns() const;
+  void histogram(int kind, tutti_histogram* out) const;
+  // KV events (option kv_events): null without them.
+  KvEvents* events() { return events_.get(); }
 
   // For batches and the scheduler; valid once registered.
   void require_registered() const;
@@ -81,7 +87,9 @@ class Runtime {
   Scheduler& scheduler() { return *scheduler_; }
   Counters& counters() { return counters_; }
   gpu::Device* device() { return device_.get(); }  // the KV cache is in CUDA memory
-  Key root(const void* salt, size_t salt_len) const { return root_key(cfg_.ns, salt, salt_len); }
+  Key root(const void* salt, size_t salt_len) const {
+    return root_key(cfg_.ns, salt, salt_len, cfg_.rank, cfg_.ranks);
+  }
   // The keys of the partial chunks that may follow the chunk keyed `parent`, whose tokens
   // (n of them, to the prompt's end) start at `tokens`: tokens [0, g), [0, 2g), ..., short of
   // a whole chunk and of n. None without partial chunks.
@@ -105,6 +113,7 @@ class Runtime {
   std::atomic<bool> closed_{false};
   std::atomic<bool> registered_{false};  // set last by register_kv
   std::unique_ptr<Pool> pool_;
+  std::unique_ptr<KvEvents> events_;  // outlives index_, which reports removals to it
   std::unique_ptr<Index> index_;
   std::unique_ptr<KvBinding> binding_;
   std::unique_ptr<gpu::Device> device_;

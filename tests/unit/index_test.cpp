@@ -1,6 +1,8 @@
 // The index: allocation, LRU eviction, pinning, recovery from records.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "index/index.hpp"
 
 namespace tutti {
@@ -142,6 +144,26 @@ TEST(Index, SettledByTicket) {
   ASSERT_EQ(seen2.claim, Index::Claim::kBeingWritten);
   ix.abandon(other.slot, false);
   EXPECT_FALSE(ix.wait_settled(seen2.slot, seen2.ticket));
+}
+
+// A rank's index: it hands out only the slots of its share, and recovers only their records.
+TEST(Index, ManagesItsRangeOnly) {
+  Index ix(3, 10);
+  std::vector<Record> rs = {{4, 5, K(1), {}}, {11, 9, K(2), {}}, {13, 7, K(3), {}}};
+  EXPECT_TRUE(ix.recover(rs).empty());
+  EXPECT_EQ(ix.committed(), 1u);
+  EXPECT_FALSE(ix.pin(K(1)));
+  EXPECT_FALSE(ix.pin(K(3)));
+  std::vector<uint64_t> got;
+  for (int i = 10; i < 20; ++i) {
+    auto a = ix.allocate(K(i));
+    if (a.claim != Index::Claim::kAllocated) break;
+    got.push_back(a.slot);
+    ix.commit(a.slot, ix.next_generation(), {});
+  }
+  std::sort(got.begin(), got.end());
+  ASSERT_GE(got.size(), 2u);
+  for (uint64_t s : got) EXPECT_TRUE(s >= 10 && s < 13) << s;
 }
 
 TEST(Index, RecoverKeepsNewestDuplicate) {

@@ -39,6 +39,15 @@ TEST(Key, NamespaceAndSaltSeparate) {
   EXPECT_EQ(k("m", "s"), k("m", "s"));
 }
 
+TEST(Key, RanksSeparate) {
+  std::vector<int32_t> t(256, 9);
+  auto k = [&](uint32_t rank, uint32_t ranks) { return chunk_key(root_key("m", nullptr, 0, rank, ranks), t.data(), t.size()); };
+  EXPECT_EQ(k(0, 1), chunk_key(root_key("m", nullptr, 0), t.data(), t.size()));  // unchanged without ranks
+  EXPECT_NE(k(0, 2), k(1, 2));
+  EXPECT_NE(k(0, 2), k(0, 4));
+  EXPECT_NE(k(0, 1), k(0, 2));
+}
+
 TEST(Key, StableValue) {
   // Keys are persisted: this value must never change within a format version.
   std::vector<int32_t> t(4);

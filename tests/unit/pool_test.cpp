@@ -109,9 +109,92 @@ TEST_F(PoolTest, SecondOpenIsBusy) {
   }
 }
 
+// Two ranks of one pool: disjoint equal shares over both files, each reading only its own
+// records; fsck and stats (kEveryRank) see every record; the rank count is fixed at creation.
+TEST_F(PoolTest, RanksOwnDisjointShares) {
+  PoolOptions o = opts(2);
+  o.ranks = 2;
+  auto r0 = Pool::open(o, shape_);
+  o.rank = 1;
+  auto r1 = Pool::open(o, shape_);
+  EXPECT_EQ(r0->ranks(), 2u);
+  const uint64_t slots = r0->geometry().slots();
+  EXPECT_EQ(r0->owned().first, 0u);
+  EXPECT_EQ(r0->owned().count, slots / 2);
+  EXPECT_EQ(r1->owned().first, slots / 2);
+  EXPECT_EQ(r1->owned().count, slots / 2);
+  const uint64_t mine = r0->owned().count - 1, theirs = r1->owned().first;
+  r0->write_records(std::vector<Record>{{mine, 3, Key{1, 2}, {5, 6}}});
+  r1->write_records(std::vector<Record>{{theirs, 4, Key{3, 4}, {7, 8}}});
+  ASSERT_EQ(r0->read_records().size(), 1u);
+  EXPECT_EQ(r0->read_records()[0].slot, mine);
+  ASSERT_EQ(r1->read_records().size(), 1u);
+  EXPECT_EQ(r1->read_records()[0].slot, theirs);
+  r0.reset();
+  r1.reset();
+  auto all = Pool::open_existing(o.uris);
+  EXPECT_EQ(all->ranks(), 2u);
+  EXPECT_EQ(all->owned().count, slots);
+  EXPECT_EQ(all->read_records().size(), 2u);
+  all.reset();
+  o.ranks = 4;
+  o.rank = 0;
+  try {
+    Pool::open(o, shape_);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), TUTTI_ELAYOUT);
+  }
+}
+
+// A truncated shared pool is refused as damaged, by a rank and by fsck, never a crash while the
+// half-open pool unwinds.
+TEST_F(PoolTest, TruncatedSharedPoolIsRefused) {
+  PoolOptions o = opts();
+  o.ranks = 2;
+  Pool::open(o, shape_).reset();
+  ASSERT_EQ(::truncate(o.uris[0].path.c_str(), 1 << 20), 0);
+  for (uint32_t rank : {0u, kEveryRank}) {
+    o.rank = rank;
+    try {
+      rank == kEveryRank ? Pool::open_existing(o.uris) : Pool::open(o, shape_);
+      FAIL() << "rank " << rank;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), TUTTI_ECORRUPT) << e.what();
+    }
+  }
+}
+
+TEST_F(PoolTest, RankedSuperblockRoundTrips) {
+  Superblock sb;
+  sb.shape = shape_;
+  sb.slots_per_file = 8;
+  sb.file_bytes = Geometry::file_bytes_for(shape_, 8);
+  std::vector<uint8_t> buf(4096);
+  for (uint32_t ranks : {1u, 2u, 8u}) {
+    sb.ranks = ranks;
+    encode_superblock(sb, buf.data());
+    Superblock out;
+    ASSERT_EQ(decode_superblock(buf.data(), &out), DecodeStatus::kOk);
+    EXPECT_EQ(out.ranks, ranks);
+  }
+  sb.ranks = 9;  // more ranks than slots: not every rank would own one
+  encode_superblock(sb, buf.data());
+  Superblock out;
+  EXPECT_EQ(decode_superblock(buf.data(), &out), DecodeStatus::kBadGeometry);
+}
+
 TEST_F(PoolTest, TooSmallForOneChunk) {
   PoolOptions o = opts();
   o.capacity = 8192;
+  try {
+    Pool::open(o, shape_);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), TUTTI_EINVAL);
+  }
+  o.capacity = 16ull << 20;
+  o.ranks = 1000;  // fewer slots than ranks
   try {
     Pool::open(o, shape_);
     FAIL();

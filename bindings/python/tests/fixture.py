@@ -112,3 +112,11 @@ def open_runtime(tmp_path, kv, **extra):
     rt = tutti.Runtime(pool=str(tmp_path / "pool"), capacity="64M", chunk_tokens=64, staging="8M", **extra)
     rt.register_kv(tutti.KvLayout.paged(LAYERS, BLOCKS, BT, HEADS, DIM, ELEM, k=kv))
     return rt
+
+
+def store(rt, tokens, table):
+    """Stores the prompt from its blocks, all of it, and waits for the commit."""
+    with rt.batch("store") as b:
+        b.add(tokens, table)
+        b.submit()
+        b.wait()

@@ -213,10 +213,7 @@ def test_counters_as_prometheus_metrics(tmp_path):
     rt = open_runtime(tmp_path, kv)
     tokens, table = np.arange(1000, 1128, dtype=np.int32), np.arange(8, dtype=np.int32)
     fixture.fill(kv, tokens, table)
-    with rt.batch("store") as b:
-        b.add(tokens, table)
-        b.submit()
-        b.wait()
+    fixture.store(rt, tokens, table)
     with rt.batch("load") as b:
         b.add(tokens, table)
         b.submit()
@@ -244,7 +241,20 @@ def test_counters_as_prometheus_metrics(tmp_path):
     assert values["tutti_slots"] == [stats["slots_total"]] and types["tutti_slots"] == "gauge"
     assert len(values["tutti_layer_wait_by_layer_seconds_total"]) == LAYERS
     assert all(types[n] == "counter" for n in values if n.endswith("_total"))
-    assert set(values) == {m[1] for m in metrics.METRICS} | {metrics.PER_LAYER[0]}
+    hists = {h[1]: h[0] for h in metrics.HISTOGRAMS}
+    assert set(values) == {m[1] for m in metrics.METRICS} | {metrics.PER_LAYER[0]} | {
+        name + part for name in hists for part in ("_bucket", "_sum", "_count")}
+    assert all(types[name] == "histogram" for name in hists)
+    counts = {"layer_wait": LAYERS, "load": 1, "store": 1}  # one wait per layer, one batch each
+    for name, kind in hists.items():
+        buckets = values[name + "_bucket"]
+        assert buckets == sorted(buckets) and buckets[-1] == values[name + "_count"][0] == counts[kind], name
+        assert values[name + "_sum"][0] > 0 or kind == "layer_wait"
+    h = rt.histogram("layer_wait")
+    assert h["count"] == LAYERS and h["buckets"][-1] == (float("inf"), LAYERS)
+    assert h["sum_s"] == pytest.approx(stats["layer_wait_ns"] / 1e9)
+    with pytest.raises(ValueError, match="histogram kind"):
+        rt.histogram("bubble")
 
     prometheus_client = pytest.importorskip("prometheus_client", reason="prometheus_client is not installed")
     registry = prometheus_client.CollectorRegistry()
@@ -252,6 +262,29 @@ def test_counters_as_prometheus_metrics(tmp_path):
     scraped = prometheus_client.generate_latest(registry).decode()
     assert f'tutti_lookups_total{{rank="0"}} {float(stats["lookups"])}' in scraped
     assert 'tutti_layer_wait_by_layer_seconds_total{layer="0",rank="0"}' in scraped
+    assert 'tutti_load_batch_duration_seconds_count{rank="0"} 1.0' in scraped
+    assert 'tutti_load_batch_duration_seconds_bucket{le="+Inf",rank="0"} 1.0' in scraped
+    rt.close()
+
+
+def test_kv_events(tmp_path):
+    """What a router subscribes to: chunks stored (with their tokens and parents, in the
+    prompt's order) and removed."""
+    kv = make_kv()
+    rt = open_runtime(tmp_path, kv, kv_events=64)
+    tokens, table = np.arange(1000, 1128, dtype=np.int32), np.arange(8, dtype=np.int32)
+    fixture.fill(kv, tokens, table)
+    fixture.store(rt, tokens, table)
+    events, dropped = rt.events()
+    assert dropped == 0 and [e.type for e in events] == ["stored", "stored"]
+    assert events[0].tokens == list(range(1000, 1064)) and events[1].tokens == list(range(1064, 1128))
+    assert events[1].parent == events[0].key and events[0].key != events[1].key and events[0].parent is None
+    assert rt.events() == ([], 0)
+    rt.close()
+    rt = open_runtime(tmp_path, kv)
+    with pytest.raises(tutti.Error) as e:
+        rt.events()
+    assert e.value.code == tutti.tutti_c.TUTTI_ESTATE
     rt.close()
 
 
@@ -387,10 +420,7 @@ def test_torch_cuda_tensors(tmp_path):
     kv = [torch.from_numpy(layer.view(np.int16)).cuda() for layer in host]
     rt = tutti.Runtime(pool=str(tmp_path / "pool"), capacity="64M", chunk_tokens=64)
     rt.register_kv(tutti.KvLayout.paged(LAYERS, BLOCKS, BT, HEADS, DIM, 2, k=kv, memory=tutti.MEMORY_CUDA))
-    with rt.batch("store") as b:
-        b.add(tokens, table)
-        b.submit()
-        b.wait()
+    fixture.store(rt, tokens, table)
     for layer in kv:
         layer.zero_()
     torch.cuda.synchronize()

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed here")
 
 import tutti  # noqa: E402
 from tutti.vllm import TuttiConnector  # noqa: E402
+from tutti.vllm.connector import _ints as conn_ints  # noqa: E402
 from tutti.vllm.connector import _Load, _settings  # noqa: E402
 from tutti.vllm.layout import kv_views, layer_index, split_kv  # noqa: E402
 from vllm_replay import (LAYOUTS, Engine, KVCacheBlocks, Request, WrongKV, allocate, chain,  # noqa: E402
@@ -61,6 +62,20 @@ def test_a_second_engine_loads_what_the_first_stored(tmp_path, layout, device):
     assert e.stats.get("failed_tokens", 0) == 0 and e.wrong_positions == 0
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_async_saves_hold_blocks_until_committed(tmp_path, device):
+    """save_async: a finished request's blocks stay the connector's until get_finished reports
+    its saves committed, and what they stored loads back right in a second engine."""
+    first = serve(tmp_path, prompts(1), save_async=True, device=device, local_cache=False)
+    assert first.held_for_saves == len(prompts(1)) and not first.sending
+    assert first.stats["saved_tokens"] > 0 and len(first.free) == 95  # every block came back
+    assert first.stats["saves_behind_step"] > 0  # a step ended before its saves committed
+    e = serve(tmp_path, prompts(1) + prompts(2, docs=1), save_async=True, device=device, local_cache=False)
+    assert e.stats["loaded_tokens"] > 0 and e.stats.get("failed_tokens", 0) == 0 and e.wrong_positions == 0
+    sync = serve(tmp_path, prompts(3, docs=1), device=device, local_cache=False)
+    assert sync.held_for_saves == 0  # synchronous saves never hold blocks
+
+
 def test_partial_hits_chunked_prefill_and_vllms_own_prefix_cache(tmp_path):
     # A 24-token budget splits every prompt over several steps; vLLM's own cache serves the
     # second and third question of a document, tutti the first.
@@ -68,11 +83,12 @@ def test_partial_hits_chunked_prefill_and_vllms_own_prefix_cache(tmp_path):
     assert e.stats["loaded_tokens"] > 0 and e.wrong_positions == 0
 
 
-def test_preemption_under_block_pressure(tmp_path):
+@pytest.mark.parametrize("save_async", [False, True])
+def test_preemption_under_block_pressure(tmp_path, save_async):
     reqs = prompts(1, docs=4, per_doc=2, doc_len=60)
     for r in reqs:
         r.max_tokens = 8
-    e = stored_then_served(tmp_path, reqs, blocks=48, budget=32, local_cache=False)
+    e = stored_then_served(tmp_path, reqs, blocks=48, budget=32, local_cache=False, save_async=save_async)
     assert any(r.num_preemptions for r in reqs), "no request was preempted: the test lost its point"
     assert e.stats["loaded_tokens"] > 0 and e.wrong_positions == 0
 
@@ -85,7 +101,8 @@ def test_async_loads_report_through_get_finished(tmp_path, device, late_start):
     assert e.stats["loaded_tokens"] > 0 and e.wrong_positions == 0
 
 
-def test_aborts_while_loading_and_while_prefilling(tmp_path):
+@pytest.mark.parametrize("save_async", [False, True])
+def test_aborts_while_loading_and_while_prefilling(tmp_path, save_async):
     serve(tmp_path, prompts(1), local_cache=False)
     reqs = prompts(1)
 
@@ -98,7 +115,7 @@ def test_aborts_while_loading_and_while_prefilling(tmp_path):
                     engine.abort(r.request_id)
                     break
 
-    e = Engine(tmp_path, load_async=True, budget=16, local_cache=False)
+    e = Engine(tmp_path, load_async=True, budget=16, local_cache=False, save_async=save_async)
     for r in reqs:
         e.add(r)
     e.run(on_step=abort)
@@ -147,18 +164,18 @@ def damage(path, slots, at):
             f.write(bytes([b[0] ^ 0x40]))
 
 
-@pytest.mark.parametrize("load_async", [False, True])
-def test_chunks_that_fail_their_checksum_are_recomputed_never_used(tmp_path, load_async):
+@pytest.mark.parametrize("load_async,save_async", [(False, False), (True, False), (False, True)])
+def test_chunks_that_fail_their_checksum_are_recomputed_never_used(tmp_path, load_async, save_async):
     serve(tmp_path, prompts(1), local_cache=False)
     damage(tmp_path / "kv.pool", range(0, 64, 3), "layer 1")  # every third slot
-    e = serve(tmp_path, prompts(1), local_cache=False, load_async=load_async)
+    e = serve(tmp_path, prompts(1), local_cache=False, load_async=load_async, save_async=save_async)
     assert e.stats["failed_tokens"] > 0 and e.reported_invalid > 0
     assert e.stats["loaded_tokens"] > 0  # the chunks before a damaged one still load
     assert load_async or e.wrong_positions > 0  # a sync load's attention did meet the damage
     # tutti forgets a damaged chunk once a load meets it, and the recompute stores it again:
     # the pool heals (a damaged chunk behind a failed one is only met in a later round).
     for _ in range(8):
-        again = serve(tmp_path, prompts(1), local_cache=False, load_async=load_async)
+        again = serve(tmp_path, prompts(1), local_cache=False, load_async=load_async, save_async=save_async)
         assert again.stats.get("failed_tokens", 0) < e.stats["failed_tokens"]
         e = again
         if not e.stats.get("failed_tokens"):
@@ -180,8 +197,9 @@ def refuse_sync_loads(monkeypatch, count):
     monkeypatch.setattr(TuttiConnector, "_submit_load", refused)
 
 
-@pytest.mark.parametrize("order", ["cache_at_alloc", "defer_finalize"])
-def test_nothing_computed_over_a_failed_load_is_saved(tmp_path, monkeypatch, order):
+@pytest.mark.parametrize("order,save_async", [("cache_at_alloc", False), ("defer_finalize", False),
+                                              ("cache_at_alloc", True)])
+def test_nothing_computed_over_a_failed_load_is_saved(tmp_path, monkeypatch, order, save_async):
     # cache_at_alloc: a second question of the document shares the failing request's blocks
     # in the same step (its load is refused). defer_finalize: load errors are asked for
     # before wait_for_save, and the loads (from a damaged pool) are still in flight at the
@@ -193,7 +211,7 @@ def test_nothing_computed_over_a_failed_load_is_saved(tmp_path, monkeypatch, ord
     else:
         damage(tmp_path / "kv.pool", range(64), 7)
         monkeypatch.setattr(tutti.Batch, "poll", lambda self: (0, False))
-    e = serve(tmp_path, prompts(1), budget=48, **{order: True})
+    e = serve(tmp_path, prompts(1), budget=48, save_async=save_async, **{order: True})
     assert e.reported_invalid > 0 and e.stats["saves_dropped"] > 0
     monkeypatch.undo()
     serve(tmp_path, prompts(1), local_cache=False)
@@ -315,13 +333,16 @@ def test_views_are_checked_against_their_storage():
         tutti.KvLayout.from_views([t[0].transpose(2, 3).transpose(2, 3)[..., ::2]], [t[1][..., ::2]])
 
 
-def test_ranks_need_a_pool_each():
+def test_ranks_share_a_pool_or_have_one_each():
     config = vllm_config(16, {"pool": "/tmp/kv.pool"}, 128)
-    with pytest.raises(ValueError, match="rank"):
-        _settings(config, rank=1, world=2)
+    options, _ = _settings(config, rank=1, world=2)
+    assert options["pool"] == "/tmp/kv.pool" and (options["rank"], options["ranks"]) == (1, 2)
+    config.parallel_config = SimpleNamespace(tensor_parallel_size=2, pipeline_parallel_size=1)
+    assert _settings(config, rank=1, world=2)[0]["lookup_socket"] == "/tmp/kv.pool.rank1.sock"
     config = vllm_config(16, {"pool": "/tmp/kv{rank}.pool"}, 128)
     options, _ = _settings(config, rank=1, world=2)
     assert options["pool"] == "/tmp/kv1.pool" and options["namespace"].endswith("rank1/2")
+    assert "ranks" not in options
     assert options["chunk_tokens"] == 256 and options["partial_tokens"] == 16  # tails in whole blocks
     assert "lookup_socket" not in options  # data parallelism: each engine looks up in-process
     config.parallel_config = SimpleNamespace(tensor_parallel_size=2, pipeline_parallel_size=1)
@@ -333,79 +354,225 @@ def test_ranks_need_a_pool_each():
     assert _settings(config, rank=1, world=2)[0]["lookup_socket"] == "/run/tutti/lookup1.sock"
 
 
-def test_tensor_parallel_ranks_are_asked_through_their_sockets(tmp_path, monkeypatch):
-    """Two ranks of one engine, each with its pool and its shard of the KV: the scheduler asks
-    both through their lookup sockets, takes the smaller hit, and each rank loads its own
-    bytes. A rank that went away makes the lookup a miss, not an error."""
-    from tutti.vllm import connector as conn
-    bs, layers, heads, dim, blocks = 4, 3, 2, 8, 64
-    config = vllm_config(bs, {"pool": str(tmp_path / "kv{rank}.pool"), "capacity": "16M"}, dim)
+@pytest.mark.parametrize("load_async", [False, True])
+def test_a_lease_ends_once_its_load_ran(tmp_path, load_async):
+    """The scheduler pins a hit until the worker has loaded it, not until the request ends: a
+    request still decoding does not keep its prefix from being evicted."""
+    doc = prompts(1, docs=1, per_doc=1, doc_len=64, tail=(3, 3))[0]
+    opts = dict(capacity="1300K", chunk_tokens=16, local_cache=False, load_async=load_async)  # ~10 slots
+    serve(tmp_path, [doc], **opts)
+    e = Engine(tmp_path, **opts)
+    try:
+        rt = e.worker._rt
+        hit = rt.lookup(conn_ints(doc.prompt_token_ids))
+        assert hit == 64
+        req = Request("long", list(doc.prompt_token_ids), max_tokens=40)
+        e.add(req)
+        for _ in range(200):
+            e.step()
+            if req.num_computed_tokens > len(req.prompt_token_ids):
+                break
+        assert e.stats["loaded_tokens"] == 64 and req.status == "RUNNING"
+        e.step()  # the next step's metadata: the lease is released
+        assert "long" not in e.sched._queries
+        # Other prompts fill the pool while the request still decodes: its prefix may go.
+        others = prompts(7, docs=6, per_doc=1, doc_len=64)
+        for other in others:
+            table = list(range(60, 60 + 17))
+            with rt.batch("store") as b:
+                b.add(conn_ints(other.prompt_token_ids[:64]), conn_ints(table))
+                b.submit()
+                b.wait()
+        assert rt.lookup(conn_ints(doc.prompt_token_ids)) < hit, "the loaded prefix stayed pinned"
+        assert req.status == "RUNNING"
+        e.run()
+        assert req.status == "FINISHED" and e.wrong_positions == 0
+    finally:
+        e.close()
+    assert e.stats["leases_released_after_load"] == 1
+
+
+def test_kv_events_reach_vllms_publisher(tmp_path):
+    """With vLLM's KV events on, every chunk tutti stored is published as a BlockStored whose
+    tokens are the chunk of a prompt that was served (its parent the chunk before it), and every
+    chunk evicted as a BlockRemoved of a block published before."""
+    from tutti.vllm.connector import EVENT_MEDIUM, BlockRemoved, BlockStored
+    reqs = prompts(1, docs=6, per_doc=2, doc_len=60)
+    e = serve(tmp_path, reqs, publish_events=True, capacity="1300K", chunk_tokens=16)  # ~10 slots
+    by_key, present, removed = {}, set(), 0
+    for ev in e.published:  # in the order vLLM would publish them
+        (key,) = ev.block_hashes
+        assert ev.medium == EVENT_MEDIUM and 0 <= key < 1 << 64  # vLLM's msgpack encoder takes 64-bit ints
+        if isinstance(ev, BlockRemoved):
+            assert key in present, "a chunk removed that was not there"
+            present.discard(key)
+            removed += 1
+            continue
+        assert isinstance(ev, BlockStored) and key not in present, "a chunk stored twice"
+        assert ev.block_size == len(ev.token_ids) <= 16
+        head = list(by_key[ev.parent_block_hash]) if ev.parent_block_hash is not None else []
+        by_key[key] = head + ev.token_ids  # the prompt up to this chunk's end
+        assert any(r.prompt_token_ids[:len(by_key[key])] == by_key[key] for r in reqs), "tokens of no prompt"
+        present.add(key)
+    assert removed and present, "the pool was meant to evict"
+
+
+def test_kv_events_are_off_without_vllms_kv_events(tmp_path):
+    e = serve(tmp_path, prompts(1, docs=1))
+    assert e.published == []
+
+
+# Two tensor-parallel ranks of one engine, each with its shard of a 37-token prompt's KV (rank
+# r's heads hold other values than rank 0's); rank 1 stored fewer tokens of it.
+TP = SimpleNamespace(bs=4, layers=3, heads=2, dim=8, blocks=64, tokens=list(range(100, 137)), stored={0: 36, 1: 24},
+                     table=list(range(1, 11)), new_blocks=list(range(20, 30)))
+
+
+def _tp_config(path):
+    config = vllm_config(TP.bs, {"pool": str(path), "capacity": "16M"}, TP.dim)
     config.parallel_config = SimpleNamespace(tensor_parallel_size=2, pipeline_parallel_size=1,
                                              data_parallel_rank=0, data_parallel_size=1)
-    cache_config = SimpleNamespace(num_blocks=blocks)
-    tokens = list(range(100, 137))  # 9 blocks and a token
-    h = torch.tensor(chain(tokens), dtype=torch.long)
-    pos = torch.arange(len(tokens))
+    return config
 
-    def shard(rank, layer, side, n):  # rank r's heads hold other values than rank 0's
-        return expected_kv(h[:n], layer, side, heads, dim) + 1021 * rank
 
-    workers, views = [], []
-    stored = {0: 36, 1: 24}  # rank 1 holds fewer chunks
-    for rank in range(2):
-        monkeypatch.setattr(conn, "_parallel_rank", lambda cfg, worker, r=rank: (r if worker else 0, 2))
-        w = TuttiConnector(config, conn.KVConnectorRole.WORKER, cache_config)
-        caches, v = allocate("2BNHD", layers, blocks, bs, heads, dim, "cpu")
-        w.register_kv_caches(caches)
-        assert w._rt is not None
-        table = list(range(1, 11))
-        blk, off = torch.tensor(table)[pos // bs], pos % bs
-        for layer in range(layers):
-            for side in range(2):
-                v[layer][side][blk, off] = shard(rank, layer, side, len(tokens))
-        with w._rt.batch("store") as b:
-            b.add(conn._ints(tokens), conn._ints(table), token_end=stored[rank])
-            b.submit()
-            b.wait()
-        for layer in range(layers):
-            for side in range(2):
-                v[layer][side].zero_()
-        workers.append(w)
-        views.append(v)
-    assert (tmp_path / "kv0.pool.sock").exists() and (tmp_path / "kv1.pool.sock").exists()
+def _tp_shard(rank, layer, side, n):
+    h = torch.tensor(chain(TP.tokens), dtype=torch.long)
+    return expected_kv(h[:n], layer, side, TP.heads, TP.dim) + 1021 * rank
 
-    monkeypatch.setattr(conn, "_parallel_rank", lambda cfg, worker: (0, 2))
-    sched = TuttiConnector(config, conn.KVConnectorRole.SCHEDULER, cache_config)
-    req = Request("r", tokens)
-    assert sched.get_num_new_matched_tokens(req, 0) == (24, False)  # min(36, 24)
-    both = conn._Ranks([str(tmp_path / f"kv{r}.pool.sock") for r in range(2)], 5000, parallel=True)
-    lease = both.lookup_lease(conn._ints(tokens), b"", 0)  # asked at once: the same hit
-    assert lease.tokens == 24 and len(lease.held) == 2
-    lease.close()
-    both.close()
-    new_blocks = list(range(20, 30))
-    sched.update_state_after_alloc(req, KVCacheBlocks(new_blocks), 24)
+
+def _tp_where(blocks):
+    """The (block, offset) of each of the prompt's tokens in `blocks`."""
+    pos = torch.arange(len(TP.tokens))
+    return torch.tensor(blocks)[pos // TP.bs], pos % TP.bs
+
+
+def _tp_worker_stores(conn, config, rank):
+    """Rank `rank`'s worker: registers its KV cache and stores its shard, then clears the blocks."""
+    w = TuttiConnector(config, conn.KVConnectorRole.WORKER, SimpleNamespace(num_blocks=TP.blocks))
+    caches, views = allocate("2BNHD", TP.layers, TP.blocks, TP.bs, TP.heads, TP.dim, "cpu")
+    w.register_kv_caches(caches)
+    assert w._rt is not None
+    for layer in range(TP.layers):
+        for side in range(2):
+            views[layer][side][_tp_where(TP.table)] = _tp_shard(rank, layer, side, len(TP.tokens))
+    with w._rt.batch("store") as b:
+        b.add(conn._ints(TP.tokens), conn._ints(TP.table), token_end=TP.stored[rank])
+        b.submit()
+        b.wait()
+    for layer in range(TP.layers):
+        for side in range(2):
+            views[layer][side].zero_()
+    return w, views
+
+
+def _tp_worker_loads(w, views, md, rank, hit):
+    """Runs the scheduler's metadata on rank `rank`'s worker; '' if it loaded its own bytes."""
+    w.bind_connector_metadata(md)
+    w.start_load_kv(SimpleNamespace(attn_metadata={}))
+    for layer in range(TP.layers):
+        w.wait_for_layer_load(f"model.layers.{layer}.self_attn.attn")
+    w.wait_for_save()
+    if w.get_block_ids_with_load_errors():
+        return f"rank {rank}: load errors"
+    w.clear_connector_metadata()
+    for layer in range(TP.layers):
+        for side in range(2):
+            got = views[layer][side][_tp_where(TP.new_blocks)]
+            if not torch.equal(got[:hit], _tp_shard(rank, layer, side, hit)):
+                return f"rank {rank} layer {layer}: other bytes than its own"
+            if got[hit:].any():
+                return f"rank {rank} layer {layer}: rows past the hit were written"
+    return ""
+
+
+def _tp_schedule(conn, config, hit):
+    """The scheduler's side: the hit of both ranks, and the metadata that loads it."""
+    sched = TuttiConnector(config, conn.KVConnectorRole.SCHEDULER, SimpleNamespace(num_blocks=TP.blocks))
+    req = Request("r", TP.tokens)
+    assert sched.get_num_new_matched_tokens(req, 0) == (hit, False)  # the smaller of the ranks' hits
+    sched.update_state_after_alloc(req, KVCacheBlocks(TP.new_blocks), hit)
     so = SimpleNamespace(finished_req_ids=set(), scheduled_new_reqs=[], num_scheduled_tokens={},
                          scheduled_cached_reqs=SimpleNamespace(req_ids=[], new_block_ids=[], num_computed_tokens=[],
                                                                resumed_req_ids=set()))
-    md = sched.build_connector_meta(so)
-    for rank, w in enumerate(workers):
-        w.bind_connector_metadata(md)
-        w.start_load_kv(SimpleNamespace(attn_metadata={}))
-        for layer in range(layers):
-            w.wait_for_layer_load(f"model.layers.{layer}.self_attn.attn")
-        w.wait_for_save()
-        assert not w.get_block_ids_with_load_errors()
-        w.clear_connector_metadata()
-        blk, off = torch.tensor(new_blocks)[pos // bs], pos % bs
-        for layer in range(layers):
-            for side in range(2):
-                got = views[rank][layer][side][blk, off]
-                assert torch.equal(got[:24], shard(rank, layer, side, 24)), f"rank {rank} layer {layer}"
-                assert not got[24:].any()  # not asked for
-    sched.request_finished(req, new_blocks)
+    return sched, req, sched.build_connector_meta(so)
 
-    workers[1].shutdown()  # rank 1 goes away: its socket with it
-    assert sched.get_num_new_matched_tokens(Request("r2", tokens), 0) == (0, False)
+
+@pytest.mark.parametrize("pool", ["kv.pool", "kv{rank}.pool"])
+def test_tensor_parallel_ranks_are_asked_through_their_sockets(tmp_path, monkeypatch, pool):
+    """Two ranks of one engine, sharing one pool or with one each: the scheduler asks both
+    through their lookup sockets, takes the smaller hit, and each rank loads its own bytes. A
+    rank that went away makes the lookup a miss, not an error."""
+    from tutti.vllm import connector as conn
+    config = _tp_config(tmp_path / pool)
+    socks = [tmp_path / (f"kv.pool.rank{r}.sock" if pool == "kv.pool" else f"kv{r}.pool.sock") for r in range(2)]
+    workers = []
+    for rank in range(2):
+        monkeypatch.setattr(conn, "_parallel_rank", lambda cfg, worker, r=rank: (r if worker else 0, 2))
+        workers.append(_tp_worker_stores(conn, config, rank))
+    assert socks[0].exists() and socks[1].exists()
+
+    monkeypatch.setattr(conn, "_parallel_rank", lambda cfg, worker: (0, 2))
+    sched, req, md = _tp_schedule(conn, config, 24)
+    both = conn._Ranks([str(s) for s in socks], 5000, parallel=True)
+    lease = both.lookup_lease(conn._ints(TP.tokens), b"", 0)  # asked at once: the same hit
+    assert lease.tokens == 24 and len(lease.held) == 2
+    lease.close()
+    both.close()
+    for rank, (w, views) in enumerate(workers):
+        assert _tp_worker_loads(w, views, md, rank, 24) == ""
+    sched.request_finished(req, TP.new_blocks)
+
+    workers[1][0].shutdown()  # rank 1 goes away: its socket with it
+    assert sched.get_num_new_matched_tokens(Request("r2", TP.tokens), 0) == (0, False)
     sched.shutdown()
-    workers[0].shutdown()
+    workers[0][0].shutdown()
+
+
+def _tp_rank_process(rank, pool, orders, results):
+    """A rank's worker in a process of its own, as vLLM runs them: it stores its shard, then
+    loads what the scheduler's metadata (pickled, as vLLM sends it) asks for."""
+    from tutti.vllm import connector as conn
+    conn._parallel_rank = lambda cfg, worker: (rank if worker else 0, 2)
+    try:
+        w, views = _tp_worker_stores(conn, _tp_config(pool), rank)
+        results.put((rank, "stored"))
+        md, hit = orders.get()
+        results.put((rank, _tp_worker_loads(w, views, md, rank, hit) or "loaded"))
+        orders.get()  # until the scheduler is done with its leases
+        w.shutdown()
+    except Exception as e:  # reported to the test, which fails with it
+        results.put((rank, f"rank {rank}: {type(e).__name__}: {e}"))
+
+
+def test_tensor_parallel_ranks_in_processes_share_one_pool(tmp_path, monkeypatch):
+    """vLLM's process layout: the scheduler in the test's process, two worker processes that
+    start together on one pool file (one creates it, the other waits), each owning its share;
+    each loads its own shard back from the pool they share."""
+    import multiprocessing
+    from tutti.vllm import connector as conn
+    ctx = multiprocessing.get_context("spawn")
+    pool = tmp_path / "kv.pool"
+    results = ctx.Queue()
+    orders = [ctx.Queue() for _ in range(2)]
+    procs = [ctx.Process(target=_tp_rank_process, args=(r, str(pool), orders[r], results)) for r in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        got = sorted(results.get(timeout=120) for _ in range(2))
+        assert got == [(0, "stored"), (1, "stored")], got
+        monkeypatch.setattr(conn, "_parallel_rank", lambda cfg, worker: (0, 2))
+        sched, req, md = _tp_schedule(conn, _tp_config(pool), 24)
+        for q in orders:
+            q.put((md, 24))
+        got = sorted(results.get(timeout=120) for _ in range(2))
+        assert got == [(0, "loaded"), (1, "loaded")], got
+        sched.request_finished(req, TP.new_blocks)
+        sched.shutdown()
+    finally:
+        for q in orders:
+            q.put(None)
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+    assert [p.exitcode for p in procs] == [0, 0]

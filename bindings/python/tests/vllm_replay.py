@@ -12,7 +12,9 @@ finished_recving wakes parked requests, and finished requests go through request
 
 The model runner (KVConnectorModelRunnerMixin) calls handle_preemptions, bind, start_load_kv,
 then per layer wait_for_layer_load, attention, save_kv_layer; then wait_for_save,
-get_finished, get_block_ids_with_load_errors, get_kv_connector_stats and clear. With
+get_finished, get_block_ids_with_load_errors, get_kv_connector_stats,
+get_kv_connector_kv_cache_events and clear; the scheduler's update_from_output hands the events
+to update_connector_output and publishes what take_events yields. With
 late_start (the newest vLLM), a step without sync loads calls start_load_kv only after the
 forward.
 
@@ -142,7 +144,7 @@ class Engine:
     def __init__(self, tmp_path, layout: str = "2BNHD", layers: int = 3, blocks: int = 96, block_size: int = 4,
                  heads: int = 2, dim: int = 8, budget: int = 64, max_running: int = 4, local_cache: bool = True,
                  device: str = "cpu", kv_role: str = "kv_both", late_start: bool = False,
-                 cache_at_alloc: bool = False, defer_finalize: bool = False, **extra):
+                 cache_at_alloc: bool = False, defer_finalize: bool = False, publish_events: bool = False, **extra):
         extra.setdefault("pool", str(tmp_path / "kv.pool"))
         extra.setdefault("capacity", "16M")
         self.bs, self.layers, self.heads, self.dim = block_size, layers, heads, dim
@@ -154,6 +156,9 @@ class Engine:
         # Speculative decoding: load errors are asked for before wait_for_save.
         self.defer_finalize = defer_finalize
         config = vllm_config(block_size, extra, dim, kv_role)
+        # vLLM's --kv-events-config: the scheduler publishes what take_events hands it.
+        config.kv_events_config = SimpleNamespace(enable_kv_cache_events=publish_events)
+        self.published: list = []
         cache_config = SimpleNamespace(num_blocks=blocks)
         # vLLM: the worker's connector first (the KV cache is registered before the scheduler exists)
         self.worker = TuttiConnector(config, KVConnectorRole.WORKER, cache_config)
@@ -176,6 +181,8 @@ class Engine:
         self.stats: Dict[str, int] = {}
         self.loads: List[Tuple[int, int]] = []
         self.steps = 0
+        self.sending: Dict[str, Request] = {}  # finished, blocks held until finished_sending
+        self.held_for_saves = 0
         self.reported_invalid = 0
         self.wrong_positions = 0
 
@@ -262,8 +269,12 @@ class Engine:
     def _finish(self, req: Request) -> None:
         req.status = FINISHED
         self.finished_ids.add(req.request_id)
-        self.sched.request_finished(req, list(req.blocks))
-        self._release(req)
+        delay, _ = self.sched.request_finished(req, list(req.blocks))
+        if delay:  # the connector still reads the blocks: freed on its finished_sending
+            self.sending[req.request_id] = req
+            self.held_for_saves += 1
+        else:
+            self._release(req)
         self.finished.append(req)
 
     def _preempt(self) -> Request:
@@ -385,6 +396,7 @@ class Engine:
         if self.defer_finalize:  # finalize_kv_connector, after the drafter
             w.wait_for_save()
         stats = w.get_kv_connector_stats()
+        events = w.get_kv_connector_kv_cache_events()
         w.clear_connector_metadata()
         if stats is not None:
             for k, v in stats.reduce().items():
@@ -395,7 +407,8 @@ class Engine:
                 raise WrongKV(f"step {self.steps}: request {rid} read wrong KV at position {pos}, "
                               f"and no block up to it was reported failed (reported: {sorted(invalid)})")
         self.wrong_positions += len(wrong)
-        return SimpleNamespace(finished_sending=sending, finished_recving=recving, invalid_block_ids=invalid)
+        return SimpleNamespace(finished_sending=sending, finished_recving=recving, invalid_block_ids=invalid,
+                               kv_cache_events=events)
 
     def _attend(self, layer: int, req: Request, start: int, n: int, wrong: Dict[str, int]) -> None:
         k, v = self.views[layer]
@@ -417,6 +430,7 @@ class Engine:
     def update(self, so, out) -> None:
         """vLLM's update_from_output, reduced to what the connector sees."""
         self.sched.update_connector_output(out)
+        self.published.extend(self.sched.take_events())
         truncated = set()
         if out.invalid_block_ids:
             self.reported_invalid += len(out.invalid_block_ids)
@@ -442,6 +456,9 @@ class Engine:
                 if len(req.output_token_ids) >= req.max_tokens:
                     self.running.remove(req)
                     self._finish(req)
+        for rid in out.finished_sending or ():
+            assert rid in self.sending, f"finished_sending names {rid}, whose blocks were not held for it"
+            self._release(self.sending.pop(rid))
         for rid in out.finished_recving or ():
             req = self.parked.pop(rid)
             if req.aborted:
@@ -466,7 +483,7 @@ class Engine:
         """Steps until every request finished. Steps that only wait for async loads (real steps
         take milliseconds) sleep a little and count against max_wait_s, not max_steps."""
         busy, waited = 0, 0.0
-        while self.waiting or self.running or self.parked:
+        while self.waiting or self.running or self.parked or self.sending:
             if on_step is not None:
                 on_step(self)
             if self.step():

@@ -22,8 +22,8 @@ from typing import Any, Optional, Sequence, Tuple
 
 from . import tutti_c as _c
 
-__all__ = ["Error", "Runtime", "KvLayout", "Batch", "Request", "Result", "LookupClient", "version", "log_to_python",
-           "MEMORY_HOST", "MEMORY_CUDA"]
+__all__ = ["Error", "Runtime", "KvLayout", "Batch", "Request", "Result", "LookupClient", "KvEvent", "version",
+           "log_to_python", "MEMORY_HOST", "MEMORY_CUDA", "HISTOGRAMS"]
 
 MEMORY_HOST = _c.TUTTI_MEMORY_HOST
 MEMORY_CUDA = _c.TUTTI_MEMORY_CUDA
@@ -174,6 +174,7 @@ class _Handle:
     """Owns one C handle: closed by close(), by the end of a with block, or when collected."""
 
     _what = "handle"
+    _raw = None  # also for an object whose __init__ failed before it set one
 
     def __init__(self):
         self._raw = None
@@ -199,6 +200,29 @@ class _Handle:
 
     def __del__(self):
         self.close()
+
+
+# tutti_histogram_kind, by the names Runtime.histogram takes.
+HISTOGRAMS = {"layer_wait": _c.TUTTI_HISTOGRAM_LAYER_WAIT, "load": _c.TUTTI_HISTOGRAM_LOAD,
+              "store": _c.TUTTI_HISTOGRAM_STORE}
+
+
+@dataclass
+class KvEvent:
+    """A chunk the pool gained ("stored": with its tokens and the key of the chunk before it in
+    its prompt, None for the prompt's first) or lost ("removed"). Keys are 128-bit ints, the
+    ones lookups chain."""
+    type: str
+    key: int
+    parent: Optional[int] = None
+    tokens: Optional[list] = None
+
+    @classmethod
+    def _of(cls, raw) -> "KvEvent":
+        kind, klo, khi, plo, phi, tokens = raw
+        if kind == _c.TUTTI_KV_STORED:
+            return cls("stored", khi << 64 | klo, (phi << 64 | plo) or None, tokens)
+        return cls("removed", khi << 64 | klo)
 
 
 @dataclass
@@ -373,6 +397,27 @@ class Runtime(_Handle):
 
     def layer_wait_ns(self) -> list:
         return _split(_c.tutti_runtime_layer_wait_ns(self._handle(), 4096))
+
+    def histogram(self, kind: str) -> dict:
+        """A latency histogram since the runtime opened: kind "layer_wait" (each wait for a
+        layer: the bubble), "load" (each load batch, submit to in place) or "store" (each store
+        batch, submit to commit). {"count", "sum_s", "buckets": [(upper bound in seconds,
+        samples up to it)]}: cumulative, as Prometheus has them; the last bound is inf."""
+        if kind not in HISTOGRAMS:
+            raise ValueError(f"histogram kind {kind!r} is not one of {', '.join(HISTOGRAMS)}")
+        count, sum_ns, buckets = _split(_c.tutti_runtime_histogram(self._handle(), HISTOGRAMS[kind]))
+        bounds = [2.0 ** i * 1e-6 for i in range(len(buckets) - 1)] + [float("inf")]
+        cumulative, total = [], 0
+        for bound, n in zip(bounds, buckets):
+            total += n
+            cumulative.append((bound, total))
+        return {"count": count, "sum_s": sum_ns / 1e9, "buckets": cumulative}
+
+    def events(self, max_events: int = 4096) -> Tuple[list, int]:
+        """KV events since the last call (option kv_events), oldest first, at most max_events:
+        ([KvEvent], how many were dropped because more than kv_events were pending)."""
+        raw, dropped = _split(_c.tutti_runtime_events(self._handle(), max_events))
+        return [KvEvent._of(e) for e in raw], dropped
 
     def _destroy(self, raw) -> None:
         _c.tutti_runtime_close(raw)

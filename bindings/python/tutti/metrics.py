@@ -1,4 +1,4 @@
-"""tutti's counters as Prometheus metrics: `prometheus_text(rt)` renders the text exposition
+"""tutti's counters and latency histograms as Prometheus metrics: `prometheus_text(rt)` renders the text exposition
 format with no dependency (for a textfile collector or your own HTTP handler); `register(rt)`
 adds a collector to prometheus_client's registry when that package is installed, so the
 engine's own /metrics endpoint serves them.
@@ -28,6 +28,12 @@ METRICS: List[Tuple[str, str, str, str]] = [
     ("tier_misses", "tutti_tier_misses_total", "counter", "Chunk-layer loads the DRAM tier did not hold"),
 ]
 PER_LAYER = ("tutti_layer_wait_by_layer_seconds_total", "counter", "Time spent blocked waiting for each layer")
+# (Runtime.histogram kind, metric name, help): latency histograms.
+HISTOGRAMS: List[Tuple[str, str, str]] = [
+    ("layer_wait", "tutti_layer_wait_duration_seconds", "Each wait for a layer's KV (the bubble)"),
+    ("load", "tutti_load_batch_duration_seconds", "Each load batch, from submit to its last layer in place"),
+    ("store", "tutti_store_batch_duration_seconds", "Each store batch, from submit to its commit"),
+]
 
 
 def samples(rt, labels: Optional[Dict[str, str]] = None) -> Iterator[Tuple[str, str, str, List[Tuple[dict, float]]]]:
@@ -39,6 +45,16 @@ def samples(rt, labels: Optional[Dict[str, str]] = None) -> Iterator[Tuple[str, 
         yield name, kind, help_text, [(base, float(value))]
     waits = rt.layer_wait_ns()
     yield PER_LAYER[0], PER_LAYER[1], PER_LAYER[2], [(dict(base, layer=str(i)), ns / 1e9) for i, ns in enumerate(waits)]
+
+
+def histograms(rt) -> Iterator[Tuple[str, str, dict]]:
+    """(name, help, Runtime.histogram's dict) for every latency histogram of the runtime, now."""
+    for kind, name, help_text in HISTOGRAMS:
+        yield name, help_text, rt.histogram(kind)
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else f"{bound:.17g}"
 
 
 def _label_text(labels: dict) -> str:
@@ -55,6 +71,13 @@ def prometheus_text(rt, labels: Optional[Dict[str, str]] = None) -> str:
         out.append(f"# HELP {name} {help_text}")
         out.append(f"# TYPE {name} {kind}")
         out.extend(f"{name}{_label_text(lbl)} {value:.17g}" for lbl, value in points)
+    base = dict(labels or {})
+    for name, help_text, h in histograms(rt):
+        out.append(f"# HELP {name} {help_text}")
+        out.append(f"# TYPE {name} histogram")
+        out.extend(f"{name}_bucket{_label_text(dict(base, le=_le(bound)))} {n}" for bound, n in h["buckets"])
+        out.append(f"{name}_sum{_label_text(base)} {h['sum_s']:.17g}")
+        out.append(f"{name}_count{_label_text(base)} {h['count']}")
     return "\n".join(out) + "\n"
 
 
@@ -65,7 +88,7 @@ class TuttiCollector:
         self.rt, self.labels = rt, dict(labels or {})
 
     def collect(self):
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
         for name, kind, help_text, points in samples(self.rt, self.labels):
             keys = sorted(points[0][0]) if points else sorted(self.labels)
             if kind == "counter":  # prometheus_client adds _total itself
@@ -74,6 +97,11 @@ class TuttiCollector:
                 family = GaugeMetricFamily(name, help_text, labels=keys)
             for lbl, value in points:
                 family.add_metric([lbl[k] for k in keys], value)
+            yield family
+        keys = sorted(self.labels)
+        for name, help_text, h in histograms(self.rt):
+            family = HistogramMetricFamily(name, help_text, labels=keys)
+            family.add_metric([self.labels[k] for k in keys], [(_le(b), float(n)) for b, n in h["buckets"]], h["sum_s"])
             yield family
 
 

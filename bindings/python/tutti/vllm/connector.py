@@ -28,14 +28,18 @@ must compute at least the last token.
 
 The scheduler's lookups reach the worker's runtime in the same process (vLLM with one GPU
 runs both in its engine core; so does each engine of data parallelism). With tensor or
-pipeline parallelism the workers are other processes: each rank has its own pool ("{rank}" in
-the pool path) and answers lookups on a Unix socket (tutti's lookup_socket option; default: the
-pool's path plus ".sock"). The scheduler asks every rank of its engine and takes the smallest
+pipeline parallelism the workers are other processes: the ranks share one pool, each with its
+share of the slots (tutti's ranks and rank options), or each has its own ("{rank}" in the pool
+path); each rank answers lookups on a Unix socket (tutti's lookup_socket option; default: the
+pool's path plus ".rank<r>.sock", or plus ".sock" for a pool of its own). The scheduler asks every rank of its engine and takes the smallest
 hit, pinned on each rank until the request ends; a rank that does not answer (not up yet, or
 gone) makes the lookup a miss.
 
-Saves are synchronous (wait_for_save waits for the commit), so request_finished never holds
-blocks. Loads are synchronous and layer by layer by default; kv_connector_extra_config
+Saves are synchronous by default: wait_for_save waits for the commit, so request_finished never
+holds blocks. {"save_async": true} lets a step's saves run on behind the next steps: a request
+that had saves keeps its blocks after it finishes until the worker reports them committed
+(get_finished's finished_sending), and handle_preemptions waits for the saves of preempted
+requests before vLLM reuses their blocks (a vLLM without that hook gets synchronous saves). Loads are synchronous and layer by layer by default; kv_connector_extra_config
 {"load_async": true} loads a request before it is scheduled (get_finished reports it).
 """
 import array
@@ -61,6 +65,10 @@ try:  # vLLM's own base when vLLM is installed; the stand-ins otherwise (tests, 
 except ImportError:
     from .standin import KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole, KVConnectorStats
     HAVE_VLLM = False
+try:
+    from vllm.distributed.kv_events import BlockRemoved, BlockStored, KVConnectorKVEvents
+except ImportError:
+    from .standin import BlockRemoved, BlockStored, KVConnectorKVEvents
 
 try:
     import torch
@@ -71,7 +79,8 @@ log = logging.getLogger("tutti.vllm")
 
 # kv_connector_extra_config keys the connector reads itself; every other key is a tutti option
 # (tutti.h: pool, capacity, backend, chunk_tokens, ...).
-CONNECTOR_KEYS = {"load_async": False, "lease_ttl_ms": 600_000, "lookup_timeout_ms": 5_000}
+CONNECTOR_KEYS = {"load_async": False, "save_async": False, "lease_ttl_ms": 600_000, "lookup_timeout_ms": 5_000}
+EVENT_MEDIUM = "tutti"  # the medium of the KV events the connector reports
 
 
 @dataclass
@@ -102,6 +111,9 @@ class TuttiConnectorMetadata(KVConnectorMetadata):
     loads: List[LoadSpec] = field(default_factory=list)
     saves: List[SaveSpec] = field(default_factory=list)
     acked: int = 0  # reports of failed blocks the scheduler had seen when it planned these
+    # Requests vLLM preempted in this step (their blocks may be reused by its forward); None:
+    # not known (a vLLM without scheduler_output.preempted_req_ids), so every save counts.
+    preempted_req_ids: Optional[Set[str]] = None
 
 
 class TuttiConnectorStats(KVConnectorStats):
@@ -125,6 +137,49 @@ class TuttiConnectorStats(KVConnectorStats):
         return not any(self.data.values())
 
 
+class TuttiKVEvents(KVConnectorKVEvents):
+    """Chunks tutti stored and removed, from a worker to its scheduler, which publishes them
+    with vLLM's own KV events (--kv-events-config) for a router. Only the first rank of an engine
+    reports them (ranks hold shards of the same chunks, under keys of their own), so
+    aggregating is keeping them all."""
+
+    def __init__(self, events: Optional[list] = None):
+        self._events = list(events or [])
+        self._workers = 1
+
+    def add_events(self, events: list) -> None:
+        self._events.extend(events)
+
+    def aggregate(self) -> "TuttiKVEvents":
+        return self
+
+    def increment_workers(self, count: int = 1) -> None:
+        self._workers += count
+
+    def get_all_events(self) -> list:
+        return list(self._events)
+
+    def get_number_of_workers(self) -> int:
+        return self._workers
+
+    def clear_events(self) -> None:
+        self._events = []
+
+
+def _hash64(key: Optional[int]) -> Optional[int]:
+    """A tutti key as a vLLM block hash: vLLM's event encoder (msgpack) takes 64-bit ints; the
+    low half of the 128-bit key is as well mixed as the whole."""
+    return None if key is None else key & 0xFFFF_FFFF_FFFF_FFFF
+
+
+def _block_stored(e: tutti.KvEvent) -> Any:
+    fields = dict(block_hashes=[_hash64(e.key)], parent_block_hash=_hash64(e.parent), token_ids=e.tokens,
+                  block_size=len(e.tokens), lora_id=None, medium=EVENT_MEDIUM)
+    if "lora_name" in getattr(BlockStored, "__struct_fields__", ()):  # vLLM that names LoRAs in events
+        fields["lora_name"] = None
+    return BlockStored(**fields)
+
+
 # Runtimes opened by workers of this process, by pool, for the scheduler side's lookups.
 _runtimes: Dict[str, "_Shared"] = {}
 _runtimes_lock = threading.Lock()
@@ -134,6 +189,22 @@ _runtimes_lock = threading.Lock()
 class _Shared:
     rt: tutti.Runtime
     chunk_tokens: int
+    # Requests whose load the worker ran: the scheduler releases their leases (what a load
+    # took is in vLLM's blocks; the pool may evict it now).
+    loaded: Set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    scheduler_here: bool = False  # a scheduler of this process takes `loaded` (else nobody would)
+
+    def note_loaded(self, rids: Set[str]) -> None:
+        with self.lock:
+            if self.scheduler_here:
+                self.loaded |= rids
+
+    def take_loaded(self) -> Set[str]:
+        with self.lock:
+            self.scheduler_here = True
+            rids, self.loaded = self.loaded, set()
+        return rids
 
 
 def _settings(vllm_config: Any, rank: int = 0, world: int = 1) -> Tuple[dict, dict]:
@@ -144,11 +215,11 @@ def _settings(vllm_config: Any, rank: int = 0, world: int = 1) -> Tuple[dict, di
     options.setdefault("chunk_tokens", 256)
     options.setdefault("partial_tokens", vllm_config.cache_config.block_size)
     pool = str(options.get("pool") or os.environ.get("TUTTI_POOL") or "tutti.pool")
+    shared = world > 1 and "{rank}" not in pool  # one pool, a share per rank (tutti's ranks option)
     if "{rank}" in pool:
         pool = pool.replace("{rank}", str(rank))
     elif world > 1:
-        raise ValueError(f"tutti: {world} ranks cannot share the pool {pool!r}; put {{rank}} in its path "
-                         "(kv_connector_extra_config pool) to give each rank its own")
+        options["ranks"], options["rank"] = world, rank
     options["pool"] = pool
     sock = options.get("lookup_socket")
     if sock is not None:
@@ -159,7 +230,7 @@ def _settings(vllm_config: Any, rank: int = 0, world: int = 1) -> Tuple[dict, di
             raise ValueError(f"tutti: {world} ranks cannot share the lookup socket {sock!r}; put {{rank}} in it")
         options["lookup_socket"] = sock
     elif _ranks_per_engine(vllm_config) > 1:  # the scheduler is another process: it asks here
-        options["lookup_socket"] = pool.split(",")[0] + ".sock"
+        options["lookup_socket"] = pool.split(",")[0] + (f".rank{rank}.sock" if shared else ".sock")
     if "namespace" not in options:  # chunk keys of another model, dtype or shard never match
         m = vllm_config.model_config
         options["namespace"] = (f"vllm:{getattr(m, 'model', '')}@{getattr(m, 'revision', None) or ''}:"
@@ -168,9 +239,27 @@ def _settings(vllm_config: Any, rank: int = 0, world: int = 1) -> Tuple[dict, di
     return options, settings
 
 
+def _flag(value: Any) -> bool:
+    """A boolean setting given as a JSON bool or as a string ("true", "1", "on", ...)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def _async_saves(settings: dict) -> bool:
+    """Whether saves outlive their step: asked for, and safe with this vLLM (its model runner
+    calls handle_preemptions before a forward may reuse preempted requests' blocks)."""
+    if not _flag(settings.get("save_async")):
+        return False
+    if HAVE_VLLM and "handle_preemptions" not in vars(KVConnectorBase_V1):
+        log.warning("tutti: save_async needs a vLLM that calls handle_preemptions; saves stay synchronous")
+        return False
+    return True
+
+
 def _pool_key(options: dict) -> str:
     return ",".join(os.path.abspath(p) if "://" not in p and ":" not in p else p
-                    for p in str(options["pool"]).split(","))
+                    for p in str(options["pool"]).split(",")) + f"#{options.get('rank', 0)}"
 
 
 def _ints(values: Any) -> array.array:
@@ -341,10 +430,14 @@ class TuttiConnector(KVConnectorBase_V1):
             self._pending: Dict[str, LoadSpec] = {}
             self._tracked: Dict[str, _Tracked] = {}
             self._sent: Dict[str, LoadSpec] = {}  # loads handed to workers, until the request ends
+            self._loading: Dict[str, Any] = {}  # the _Query whose hit a sent load takes, until it ran
             self._cap: Dict[str, int] = {}  # where a request's failed load broke off
             self._poison: Dict[str, int] = {}  # a request's KV past here was computed over a failed block
             self._acked = 0  # worker reports of failed blocks seen
             self._warned_alone = False
+            self._events: List[Any] = []  # KV events from the workers, until take_events
+            self._save_async = _async_saves(self._settings)
+            self._saved: Set[str] = set()  # save_async: requests with saves, whose blocks wait for them
             self._ranks: Optional[_Ranks] = None  # tensor/pipeline parallelism: the workers' sockets
             ranks = _engine_ranks(vllm_config)
             if len(ranks) > 1:
@@ -365,6 +458,12 @@ class TuttiConnector(KVConnectorBase_V1):
             self._saves_opened = False
             self._reports = 0  # get_block_ids_with_load_errors calls that reported blocks
             self._bad: Dict[int, int] = {}  # block id -> the report that carries its failure
+            self._events_on = False  # this rank reports KV events
+            _, settings = _settings(vllm_config)
+            self._save_async = _async_saves(settings)
+            self._saving: List[_Save] = []  # save_async: declared whole, not yet committed
+            self._saved_rids: Set[str] = set()  # requests with saves (the scheduler holds their blocks)
+            self._finishing: Set[str] = set()  # of those, finished: reported once their saves are in
 
     # ---- shared ---------------------------------------------------------------------------
 
@@ -384,6 +483,20 @@ class TuttiConnector(KVConnectorBase_V1):
             return None
         stats, self._stats = TuttiConnectorStats(self._stats), {}
         return stats
+
+    def get_kv_connector_kv_cache_events(self) -> Optional[TuttiKVEvents]:
+        """The chunks tutti stored and removed since the last call: a chunk is a block of
+        chunk_tokens tokens (fewer for a prompt's partial tail) whose hash is tutti's key (its
+        low 64 bits)."""
+        if self.role != KVConnectorRole.WORKER or self._rt is None or not self._events_on:
+            return None
+        raw, dropped = self._rt.events()
+        if dropped:
+            log.warning("tutti: %d KV events were dropped (more were pending than the option kv_events keeps); "
+                        "a router's view of this engine's tutti cache misses them", dropped)
+        events = [_block_stored(e) if e.type == "stored" else BlockRemoved(block_hashes=[_hash64(e.key)], medium=EVENT_MEDIUM)
+                  for e in raw]
+        return TuttiKVEvents(events) if events else None
 
     # ---- scheduler side -------------------------------------------------------------------
 
@@ -427,7 +540,7 @@ class TuttiConnector(KVConnectorBase_V1):
         hit = min(q.lease.tokens, n - 1, self._cap.get(rid, n))
         if hit <= num_computed_tokens:
             return 0, False
-        return hit - num_computed_tokens, bool(self._settings["load_async"])
+        return hit - num_computed_tokens, _flag(self._settings["load_async"])
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
         rid = request.request_id
@@ -440,12 +553,17 @@ class TuttiConnector(KVConnectorBase_V1):
         # The whole prompt: a load that ends inside a partial chunk finds it by its tokens (each
         # rank's may be longer than the hit all ranks share).
         self._pending[rid] = LoadSpec(rid, list(request.all_token_ids), ids[:_ceil_div(end, self._block_size)],
-                                      q.local, end, q.salt, bool(self._settings["load_async"]))
+                                      q.local, end, q.salt, _flag(self._settings["load_async"]))
         self._count("load_tokens_planned", num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: Any) -> TuttiConnectorMetadata:
-        md = TuttiConnectorMetadata(loads=list(self._pending.values()), acked=self._acked)
+        self._release_loaded()
+        preempted = getattr(scheduler_output, "preempted_req_ids", None)
+        md = TuttiConnectorMetadata(loads=list(self._pending.values()), acked=self._acked,
+                                    preempted_req_ids=set(preempted) if preempted is not None else None)
         self._sent.update(self._pending)
+        for rid in self._pending:
+            self._loading[rid] = self._queries.get(rid)
         self._pending.clear()
         for rid in scheduler_output.finished_req_ids or ():
             self._forget(rid)
@@ -495,12 +613,17 @@ class TuttiConnector(KVConnectorBase_V1):
         if end > t.saved and len(t.block_ids) * self._block_size >= end:
             md.saves.append(SaveSpec(rid, t.token_ids[:end], t.block_ids[:_ceil_div(end, self._block_size)],
                                      t.saved, end, t.salt))
+            self._saved.add(rid)
             t.saved = end
 
     def update_connector_output(self, connector_output: Any) -> None:
         """Blocks a worker could not load: their request asks again from where its load broke
         off (a damaged chunk is forgotten by tutti; an I/O error may persist), never again
-        for the same range, so a failing chunk cannot trap it in a loop."""
+        for the same range, so a failing chunk cannot trap it in a loop. KV events are kept
+        for take_events."""
+        events = getattr(connector_output, "kv_cache_events", None)
+        if isinstance(events, TuttiKVEvents):
+            self._events.extend(events.aggregate().get_all_events())
         invalid = getattr(connector_output, "invalid_block_ids", None)
         if not invalid:
             return
@@ -518,10 +641,32 @@ class TuttiConnector(KVConnectorBase_V1):
                     q.lease.close()
 
     def request_finished(self, request: Any, block_ids: List[int]) -> Tuple[bool, Optional[dict]]:
-        self._forget(request.request_id)
-        return False, None  # saves are committed within their step: the blocks are free now
+        """Synchronous saves are committed within their step: the blocks are free now. With
+        save_async, a request that had saves keeps its blocks until the workers report them
+        committed (finished_sending)."""
+        rid = request.request_id
+        self._forget(rid)
+        if rid in self._saved:
+            self._saved.discard(rid)
+            return self._save_async, None
+        return False, None
+
+    def _release_loaded(self) -> None:
+        """Ends the leases of requests whose load a worker of this process has run. (Workers in
+        other processes hold theirs until the request ends.)"""
+        with _runtimes_lock:
+            shared = _runtimes.get(_pool_key(self._options))
+        if shared is None or self._ranks is not None:
+            return
+        for rid in shared.take_loaded():
+            q = self._loading.pop(rid, None)
+            if q is not None and self._queries.get(rid) is q:  # not looked up again since
+                del self._queries[rid]
+                q.lease.close()
+                self._count("leases_released_after_load")
 
     def _forget(self, rid: str) -> None:
+        self._loading.pop(rid, None)
         q = self._queries.pop(rid, None)
         if q is not None:
             q.lease.close()
@@ -535,6 +680,12 @@ class TuttiConnector(KVConnectorBase_V1):
         if spec is not None and not spec.is_async:
             del self._pending[rid]  # an async load still runs: vLLM waits for its finished_recving
 
+    def take_events(self):
+        """The chunks tutti stored and removed since the last call, as vLLM's BlockStored and
+        BlockRemoved (medium "tutti"), for vLLM's KV event publisher."""
+        events, self._events = self._events, []
+        yield from events
+
     # ---- worker side ----------------------------------------------------------------------
 
     def register_kv_caches(self, kv_caches: Dict[str, Any]) -> None:
@@ -545,6 +696,12 @@ class TuttiConnector(KVConnectorBase_V1):
             head_dim = self._config.model_config.get_head_size()
         except Exception:  # a config without it: the shape decides
             pass
+        # KV events, when vLLM publishes them: from the engine's first rank (the others hold
+        # shards of the same chunks).
+        events_config = getattr(self._config, "kv_events_config", None)
+        if getattr(events_config, "enable_kv_cache_events", False) and rank == _parallel_rank(self._config, False)[0]:
+            options.setdefault("kv_events", 1 << 16)
+        self._events_on = int(options.get("kv_events", 0)) > 0
         names, k, v = kv_views(kv_caches, head_dim, getattr(self._cache_config, "num_blocks", None))
         self._layers = {name: i for i, name in enumerate(names)}
         self._cuda = k[0].is_cuda
@@ -591,6 +748,8 @@ class TuttiConnector(KVConnectorBase_V1):
             # worker per scheduler: with tensor parallelism tutti does not load.)
             acked = getattr(connector_metadata, "acked", 0)
             self._bad = {b: r for b, r in self._bad.items() if r > acked}
+            if self._save_async:  # the scheduler holds these requests' blocks until reported
+                self._saved_rids.update(s.req_id for s in getattr(connector_metadata, "saves", ()))
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         if not self.has_connector_metadata() or self._rt is None:
@@ -681,6 +840,8 @@ class TuttiConnector(KVConnectorBase_V1):
                     return
 
     def wait_for_save(self) -> None:
+        """Declares the step's saves whole (once every failure of the step is known) and waits
+        for their commit; with save_async they commit behind the next steps instead."""
         self._end_sync_load()  # its failures join self._bad (already, if vLLM asked first)
         for save in self._saves:
             if not save.dropped and save.blocks & self._bad.keys():
@@ -689,14 +850,36 @@ class TuttiConnector(KVConnectorBase_V1):
                 continue
             # Layers vLLM did not hand over (hooks skipped): the forward is done by now.
             self._declare(save, [layer for layer in range(len(self._layers)) if layer not in save.declared], final=True)
-            try:
-                save.batch.wait()
-            except tutti.Error as e:
-                self._count("save_errors")
-                log.warning("tutti: a save failed: %s", e)
-            self._count("saved_tokens", save.batch.result(0).tokens)
-            save.batch.close()
+            if save.dropped:
+                continue
+            if self._save_async:
+                self._saving.append(save)
+            else:
+                self._end_save(save)
         self._saves = []
+        self._reap_saves()
+        self._count("saves_behind_step", len(self._saving))  # committing behind the next step
+
+    def _end_save(self, save: _Save) -> None:
+        """Waits for a save's commit and counts what it stored."""
+        try:
+            save.batch.wait()
+        except tutti.Error as e:
+            self._count("save_errors")
+            log.warning("tutti: a save failed: %s", e)
+        self._count("saved_tokens", save.batch.result(0).tokens)
+        save.batch.close()
+
+    def _reap_saves(self, wait_for: Optional[Set[str]] = None, wait_all: bool = False) -> None:
+        """Ends the async saves that committed; waits for those of the requests `wait_for`
+        (or for all of them)."""
+        still = []
+        for save in self._saving:
+            if wait_all or (wait_for is not None and save.spec.req_id in wait_for) or save.batch.poll()[1]:
+                self._end_save(save)
+            else:
+                still.append(save)
+        self._saving = still
 
     def _collect(self, load: _Load) -> None:
         """Waits for a load batch, and notes where each request's arrived KV ends."""
@@ -722,8 +905,13 @@ class TuttiConnector(KVConnectorBase_V1):
                 self._bad.setdefault(b, self._reports + 1)  # goes out with the next report
 
     def _report(self, load: _Load) -> None:
-        """Reports the blocks of chunks that did not arrive to vLLM."""
+        """Reports the blocks of chunks that did not arrive to vLLM; the scheduler of this
+        process may release the load's leases."""
         self._note_failures(load)
+        with _runtimes_lock:
+            shared = _runtimes.get(self._key) if self._key is not None else None
+        if shared is not None:
+            shared.note_loaded({s.req_id for s in load.specs})
         for s, got in zip(load.specs, load.got):
             self._count("loaded_tokens", got - s.begin)
             if got < s.end:
@@ -745,13 +933,23 @@ class TuttiConnector(KVConnectorBase_V1):
         self._report(load)
 
     def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
+        """Async loads that arrived (finished_recving); with save_async, finished requests whose
+        saves all committed (finished_sending: vLLM frees their blocks now)."""
+        sending: Set[str] = set()
+        if self._save_async:
+            self._reap_saves()
+            self._finishing |= set(finished_req_ids or ()) & self._saved_rids
+            busy = {save.spec.req_id for save in self._saving}
+            sending = {rid for rid in self._finishing if rid not in busy}
+            self._finishing -= sending
+            self._saved_rids -= sending
         done = set()
         for load in list(self._async):
             if load.got is not None or load.batch.poll()[1]:
                 self._async.remove(load)
                 self._report(load)
                 done.update(s.req_id for s in load.specs)
-        return None, (done or None)
+        return (sending or None), (done or None)
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         self._end_sync_load()
@@ -761,7 +959,19 @@ class TuttiConnector(KVConnectorBase_V1):
         return invalid
 
     def handle_preemptions(self, kv_connector_metadata: Any = None) -> None:
-        pass  # every load and save of a running request ends within its step
+        """Before a forward that may reuse preempted requests' blocks: their async saves must
+        have read them. (vLLM passes this step's metadata, or in older versions the preempted
+        request ids; when the ids are not known, every async save is waited for.)"""
+        if not self._saving:
+            return
+        if isinstance(kv_connector_metadata, (set, frozenset)):
+            preempted: Optional[Set[str]] = set(kv_connector_metadata)
+        else:
+            preempted = getattr(kv_connector_metadata, "preempted_req_ids", None)
+        if preempted is None:
+            self._reap_saves(wait_all=True)
+        elif preempted:
+            self._reap_saves(wait_for=preempted)
 
     def shutdown(self) -> None:
         if self.role == KVConnectorRole.SCHEDULER:
@@ -773,6 +983,7 @@ class TuttiConnector(KVConnectorBase_V1):
         for save in self._saves:
             save.batch.close()
         self._saves = []
+        self._reap_saves(wait_all=True)  # declared whole: they commit
         for load in self._async + ([self._sync] if self._sync else []):
             if load.batch is not None:
                 load.batch.close()

@@ -5,6 +5,7 @@ this is used. Without it (tutti's CI, a machine that only replays vLLM's calls),
 stand in with the same names and the behaviour of the base methods TuttiConnector inherits.
 """
 import enum
+from dataclasses import dataclass
 from typing import Any, Optional
 
 
@@ -48,3 +49,23 @@ class KVConnectorBase_V1:
 
     def has_connector_metadata(self) -> bool:
         return self._connector_metadata is not None
+
+
+class KVConnectorKVEvents:
+    """The container of KV events a worker hands its scheduler."""
+
+
+@dataclass
+class BlockStored:
+    block_hashes: list
+    parent_block_hash: Any
+    token_ids: list
+    block_size: int
+    lora_id: Optional[int]
+    medium: Optional[str]
+
+
+@dataclass
+class BlockRemoved:
+    block_hashes: list
+    medium: Optional[str]

@@ -322,6 +322,69 @@ impl Runtime {
         out.truncate(n);
         Ok(out)
     }
+
+    /// A latency histogram since the runtime opened (tutti_runtime_histogram).
+    pub fn histogram(&self, kind: HistogramKind) -> Result<Histogram> {
+        let kind = match kind {
+            HistogramKind::LayerWait => sys::tutti_histogram_kind_TUTTI_HISTOGRAM_LAYER_WAIT,
+            HistogramKind::Load => sys::tutti_histogram_kind_TUTTI_HISTOGRAM_LOAD,
+            HistogramKind::Store => sys::tutti_histogram_kind_TUTTI_HISTOGRAM_STORE,
+        };
+        // Safety: tutti_histogram is plain data; zero is a valid value.
+        let mut h: sys::tutti_histogram = unsafe { std::mem::zeroed() };
+        // Safety: a live runtime; h is a valid out-pointer.
+        check(unsafe { sys::tutti_runtime_histogram(self.raw.as_ptr(), kind as i32, &mut h) })?;
+        Ok(h)
+    }
+
+    /// The KV events since the last call (option kv_events), oldest first, at most `max`, and
+    /// how many were dropped because more were pending than the runtime keeps. `&mut`: one
+    /// caller at a time, as tutti.h asks.
+    pub fn events(&mut self, max: usize) -> Result<(Vec<KvEvent>, u64)> {
+        // Safety: tutti_kv_event is plain data; zero is a valid value.
+        let mut raw: Vec<sys::tutti_kv_event> = vec![unsafe { std::mem::zeroed() }; max];
+        let (mut n, mut dropped) = (0usize, 0u64);
+        // Safety: raw has max elements; n and dropped are valid out-pointers.
+        check(unsafe { sys::tutti_runtime_events(self.raw.as_ptr(), raw.as_mut_ptr(), max, &mut n, &mut dropped) })?;
+        let key = |k: &[u64; 2]| (k[1] as u128) << 64 | k[0] as u128;
+        let events = raw[..n]
+            .iter()
+            .map(|e| {
+                if e.type_ == sys::tutti_kv_event_type_TUTTI_KV_STORED {
+                    let tokens = if e.tokens.is_null() {
+                        Vec::new()
+                    } else {
+                        // Safety: tutti.h: num_tokens ids, valid until the next call (we copy now).
+                        unsafe { std::slice::from_raw_parts(e.tokens, e.num_tokens as usize) }.to_vec()
+                    };
+                    let parent = key(&e.parent);
+                    KvEvent::Stored { key: key(&e.key), parent: (parent != 0).then_some(parent), tokens }
+                } else {
+                    KvEvent::Removed { key: key(&e.key) }
+                }
+            })
+            .collect();
+        Ok((events, dropped))
+    }
+}
+
+/// Which latency histogram: the waits for a layer, or whole load or store batches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HistogramKind {
+    LayerWait,
+    Load,
+    Store,
+}
+
+/// tutti_histogram: count, sum_ns and buckets of powers of two microseconds.
+pub type Histogram = sys::tutti_histogram;
+
+/// A chunk the pool gained (with the key of the chunk before it in its prompt, none for the
+/// first, and its tokens) or lost. Keys are the ones lookups chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KvEvent {
+    Stored { key: u128, parent: Option<u128>, tokens: Vec<i32> },
+    Removed { key: u128 },
 }
 
 impl Drop for Runtime {

@@ -56,6 +56,40 @@ fn store_lookup_load_layer_by_layer() {
     let s = rt.stats().unwrap();
     assert_eq!(s.stored_chunks, 5);
     assert_eq!(rt.layer_wait_ns().unwrap().len(), LAYERS as usize);
+    let waits = rt.histogram(tutti::HistogramKind::LayerWait).unwrap();
+    assert_eq!(waits.count, 2 * LAYERS as u64); // the store and the load waited for every layer
+    assert_eq!(waits.buckets.iter().sum::<u64>(), waits.count);
+    assert_eq!(waits.sum_ns, s.layer_wait_ns);
+    assert_eq!(rt.histogram(tutti::HistogramKind::Store).unwrap().count, 1);
+    drop(rt);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn kv_events() {
+    let dir = temp_dir("events");
+    let mut kv = Kv::new();
+    let pool = dir.join("pool");
+    let mut rt = Runtime::open(&[("pool", pool.to_str().unwrap()), ("capacity", "64M"), ("chunk_tokens", "64"),
+                                 ("staging", "8M"), ("kv_events", "16")]).unwrap();
+    // Safety: kv outlives rt (declared before it, dropped after).
+    unsafe { rt.register_kv(&kv.layout()) }.unwrap();
+    let tokens: Vec<i32> = (1000..1128).collect();
+    let table: Vec<i32> = (0..8).collect();
+    kv.fill(&Prompt { tokens: &tokens, table: &table, seed: 0 }, 0, tokens.len());
+    run(&rt, Op::Store, &[Request::new(&tokens, &table)]).unwrap();
+    let (events, dropped) = rt.events(16).unwrap();
+    assert_eq!(dropped, 0);
+    match (&events[0], &events[1]) {
+        (tutti::KvEvent::Stored { key: first, parent: None, tokens: t0 },
+         tutti::KvEvent::Stored { parent: Some(parent), tokens: t1, .. }) => {
+            assert_eq!((t0.as_slice(), t1.as_slice()), (&tokens[..64], &tokens[64..]));
+            assert_eq!(parent, first);
+        }
+        other => panic!("not two stored chunks in order: {:?}", other),
+    }
+    assert_eq!(events.len(), 2);
+    assert!(rt.events(16).unwrap().0.is_empty());
     drop(rt);
     std::fs::remove_dir_all(dir).unwrap();
 }
