@@ -11,7 +11,8 @@
 //   3 parse_pool_uri on the value
 // then tutti_runtime_open. Invariants: no crash, leak or UB; every return is a code of the enum
 // with a message when it is not 0; a value tutti_options_set accepted is not refused by
-// tutti_runtime_open as invalid (errors point at the call that caused them); the parsers agree
+// tutti_runtime_open as invalid (errors point at the call that caused them), but for the one
+// rule between two options (rank below ranks), which open must enforce; the parsers agree
 // with the grammar of tutti.h ("sizes accept K/M/G/T suffixes, powers of 1024").
 
 #include <cinttypes>
@@ -120,6 +121,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(tutti_options_set(opts, "backend", "posix") == 0, "backend=posix refused: %s", tutti_last_error());
   std::vector<std::string> env;
   bool no_env = true;  // then every value in force went through tutti_options_set
+  // The one rule between options, which only tutti_runtime_open can check: rank < ranks.
+  uint64_t rank = 0, ranks = 1;
 
   while (in.remaining() > 0) {
     const uint8_t step = in.byte() % 4;
@@ -132,6 +135,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK_RC("tutti_options_set", rc);
         FUZZ_CHECK(rc == 0 || rc == TUTTI_EINVAL, "tutti_options_set(%s, \"%s\") = %d (%s), not 0 or TUTTI_EINVAL",
                    key.c_str(), value.c_str(), rc, tutti_strerror(rc));
+        if (rc == 0 && key == "rank") rank = parse_uint(value.c_str()).value();  // (as the C call saw it)
+        if (rc == 0 && key == "ranks") ranks = parse_uint(value.c_str()).value();
         break;  // (a refused value changes nothing)
       }
       case 1: {
@@ -155,9 +160,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int rc = tutti_runtime_open(opts, &rt);
   FUZZ_CHECK_RC("tutti_runtime_open", rc);
   FUZZ_CHECK((rc == 0) == (rt != nullptr), "tutti_runtime_open = %d with runtime %p", rc, static_cast<void*>(rt));
-  FUZZ_CHECK(!no_env || rc == 0 || rc == TUTTI_EUNSUPPORTED,
-             "every value in force was accepted by tutti_options_set, but tutti_runtime_open says %d (%s): %s", rc,
-             tutti_strerror(rc), tutti_last_error());
+  if (no_env && rank >= ranks)
+    FUZZ_CHECK(rc == TUTTI_EINVAL && std::strstr(tutti_last_error(), "rank"),
+               "rank %" PRIu64 " of %" PRIu64 " ranks, but tutti_runtime_open says %d (%s): %s", rank, ranks, rc,
+               tutti_strerror(rc), tutti_last_error());
+  else
+    FUZZ_CHECK(!no_env || rc == 0 || rc == TUTTI_EUNSUPPORTED,
+               "every value in force was accepted by tutti_options_set, but tutti_runtime_open says %d (%s): %s", rc,
+               tutti_strerror(rc), tutti_last_error());
   if (rt) FUZZ_CHECK(tutti_runtime_backend(rt)[0] != '\0', "an open runtime names no backend");
   tutti_runtime_close(rt);
   tutti_options_destroy(opts);
