@@ -135,8 +135,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK_RC("tutti_options_set", rc);
         FUZZ_CHECK(rc == 0 || rc == TUTTI_EINVAL, "tutti_options_set(%s, \"%s\") = %d (%s), not 0 or TUTTI_EINVAL",
                    key.c_str(), value.c_str(), rc, tutti_strerror(rc));
-        if (rc == 0 && key == "rank") rank = parse_uint(value.c_str()).value();  // (as the C call saw it)
-        if (rc == 0 && key == "ranks") ranks = parse_uint(value.c_str()).value();
+        // (key and value as the C call saw them: up to a NUL)
+        if (rc == 0 && std::strcmp(key.c_str(), "rank") == 0) rank = parse_uint(value.c_str()).value();
+        if (rc == 0 && std::strcmp(key.c_str(), "ranks") == 0) ranks = parse_uint(value.c_str()).value();
         break;  // (a refused value changes nothing)
       }
       case 1: {
