@@ -49,14 +49,20 @@ std::vector<std::string> split_list(const std::string& list) {
   return out;
 }
 
-std::vector<PoolUri> pool_args(int argc, char** argv, const char* flag, bool* set) {
+std::vector<PoolUri> pool_args(int argc, char** argv, std::initializer_list<Flag> flags) {
   std::vector<PoolUri> uris;
   for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    if (flag && a == flag)
-      *set = true;
-    else
-      uris.push_back(parse_pool_uri(a));
+    const std::string a = argv[i];
+    bool known = false;
+    for (const Flag& f : flags)
+      if (a == f.name) *f.set = known = true;
+    if (known) continue;
+    if (a.size() > 1 && a[0] == '-') {
+      std::string names;
+      for (const Flag& f : flags) names += (names.empty() ? "" : ", ") + std::string(f.name);
+      fail(TUTTI_EINVAL, "unknown option '" + a + "' (this command takes " + names + " and pool files)");
+    }
+    uris.push_back(parse_pool_uri(a));
   }
   if (uris.empty()) fail(TUTTI_EINVAL, "name the pool file(s)");
   return uris;

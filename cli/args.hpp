@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -36,8 +37,14 @@ class Args {
 // "a,b,,c" -> {"a", "b", "c"}
 std::vector<std::string> split_list(const std::string& list);
 
-// The pool files named by stats and fsck, and whether `flag` (e.g. "--repair", or null: none)
-// was among the arguments. Throws TUTTI_EINVAL when no pool is named.
-std::vector<PoolUri> pool_args(int argc, char** argv, const char* flag, bool* set);
+// A flag without a value, and where to note that it was given.
+struct Flag {
+  const char* name;
+  bool* set;
+};
+
+// The pool files named by stats and fsck, noting which of `flags` were among the arguments.
+// Throws TUTTI_EINVAL for another argument that starts with "-", and when no pool is named.
+std::vector<PoolUri> pool_args(int argc, char** argv, std::initializer_list<Flag> flags);
 
 }  // namespace tutti::cli

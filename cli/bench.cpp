@@ -12,6 +12,7 @@
 #include "args.hpp"
 #include "bench.hpp"
 #include "cli.hpp"
+#include "common/error.hpp"
 #include "common/units.hpp"
 #include "datapath/backend.hpp"
 #include "datapath/cufile.hpp"
@@ -42,7 +43,14 @@ std::optional<int> parse(int argc, char** argv, BenchArgs& a) {
       a.pool = args.value();
     } else if (f == "--backends") {
       a.backends_given = true;
-      for (auto& b : split_list(args.value())) a.backends.push_back(b);
+      for (auto& b : split_list(args.value())) {
+        try {
+          backend_named(b);  // exactly the names `tutti info` lists
+        } catch (const Error& e) {
+          return usage_error("bench", "--backends: %s", user_message(e).c_str());
+        }
+        a.backends.push_back(b);
+      }
     } else if (f == "--dram-tier") {
       a.dram_tier = args.value();
     } else if (f == "--no-baseline") {

@@ -25,18 +25,25 @@ RunResult run_once(const BenchArgs& a, const Printer& print, KvCache& kv, const 
   const size_t chunks = a.tokens / a.chunk_tokens;
   tutti_options* o = nullptr;
   tutti_options_create(&o);
-  tutti_options_set(o, "pool", a.pool.c_str());
-  std::string cap = std::to_string(Geometry::file_bytes_for(shape, chunks + 1));
-  tutti_options_set(o, "capacity", cap.c_str());
-  tutti_options_set(o, "chunk_tokens", std::to_string(a.chunk_tokens).c_str());
-  tutti_options_set(o, "backend", backend.c_str());
-  tutti_options_set(o, "io_mode", io_mode);
-  tutti_options_set(o, "direct_to_blocks", a.direct.c_str());
-  if (!a.dram_tier.empty()) tutti_options_set(o, "dram_tier", a.dram_tier.c_str());
+  int rc = 0;
+  auto set = [&](const char* key, const std::string& value) {  // the first refusal is the run's error
+    if (!rc && (rc = tutti_options_set(o, key, value.c_str()))) out.rc = call_failed(key, rc);
+  };
+  set("pool", a.pool);
+  set("capacity", std::to_string(Geometry::file_bytes_for(shape, chunks + 1)));
+  set("chunk_tokens", std::to_string(a.chunk_tokens));
+  set("backend", backend);
+  set("io_mode", io_mode);
+  set("direct_to_blocks", a.direct);
+  if (!a.dram_tier.empty()) set("dram_tier", a.dram_tier);
   if (a.cuda)  // a load into HBM stages whole layers: room for the default lookahead of 4
-    tutti_options_set(o, "staging", std::to_string(std::max<uint64_t>(256ull << 20, 4 * chunks * shape.layer_bytes())).c_str());
+    set("staging", std::to_string(std::max<uint64_t>(256ull << 20, 4 * chunks * shape.layer_bytes())));
+  if (rc) {
+    tutti_options_destroy(o);
+    return out;
+  }
   tutti_runtime* rt = nullptr;
-  int rc = tutti_runtime_open(o, &rt);
+  rc = tutti_runtime_open(o, &rt);
   tutti_options_destroy(o);
   if (rc) {
     if (rc == TUTTI_EUNSUPPORTED) out.unsupported = tutti_last_error();

@@ -9,7 +9,7 @@ namespace tutti::cli {
 
 void print_usage(std::FILE* to);  // tutti --help, and bench --help
 
-int cmd_info();
+int cmd_info(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_stats(int argc, char** argv);
 int cmd_fsck(int argc, char** argv);

@@ -1,5 +1,5 @@
 // tutti fsck: checks a pool's superblocks, commit records and every layer checksum, and with
-// --repair clears the records that fail.
+// --repair clears the records that fail. --json: the findings as one JSON document.
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,6 +7,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "cli.hpp"
 #include "clock.hpp"
 #include "common/checksum.hpp"
+#include "output.hpp"
 #include "pool/pool.hpp"
 
 namespace tutti::cli {
@@ -24,18 +26,26 @@ namespace tutti::cli {
 // foreign, misplaced, a stale duplicate or whose data fails its checksum, and then the pool
 // passes fsck (exit 0).
 int cmd_fsck(int argc, char** argv) {
-  bool repair = false;
-  auto pool = Pool::open_existing(pool_args(argc, argv, "--repair", &repair));
+  bool repair = false, json = false;
+  auto pool = Pool::open_existing(pool_args(argc, argv, {{"--repair", &repair}, {"--json", &json}}));
   const auto& g = pool->geometry();
   uint64_t unreadable = 0;
   std::vector<std::pair<uint64_t, DecodeStatus>> bad_records;
   auto records = pool->read_records(&unreadable, &bad_records);
-  std::printf("superblocks: ok (%zu file(s), %s)\n", pool->files(), g.shape().describe().c_str());
-  std::printf("commit records: %zu valid, %zu not\n", records.size(), bad_records.size());
-  for (const auto& [slot, why] : bad_records)
-    std::printf("  slot %" PRIu64 ": record %s\n", slot, describe(why));
+  std::vector<std::pair<uint64_t, std::string>> problems;  // slot, what is wrong there
+  auto problem = [&](uint64_t slot, const std::string& what) {
+    problems.emplace_back(slot, what);
+    if (!json) std::printf("  slot %" PRIu64 ": %s\n", slot, what.c_str());
+  };
+  if (!json) {
+    std::printf("superblocks: ok (%zu file(s), %s)\n", pool->files(), g.shape().describe().c_str());
+    std::printf("commit records: %zu valid, %zu not\n", records.size(), bad_records.size());
+  }
   std::vector<uint64_t> drop;
-  for (const auto& br : bad_records) drop.push_back(br.first);
+  for (const auto& [slot, why] : bad_records) {
+    problem(slot, std::string("record ") + describe(why));
+    drop.push_back(slot);
+  }
   // A key in two records: the newer generation wins, as on open.
   std::unordered_map<Key, const Record*, KeyHash> newest;
   for (const auto& r : records) {
@@ -43,7 +53,7 @@ int cmd_fsck(int argc, char** argv) {
     if (fresh) continue;
     const Record* loser = it->second->generation < r.generation ? it->second : &r;
     if (loser != &r) it->second = &r;
-    std::printf("  slot %" PRIu64 ": stale duplicate of a newer record of the same chunk\n", loser->slot);
+    problem(loser->slot, "stale duplicate of a newer record of the same chunk");
     drop.push_back(loser->slot);
   }
   AlignedBuffer buf(g.shape().layer_bytes());
@@ -56,10 +66,10 @@ int cmd_fsck(int argc, char** argv) {
       const auto& f = pool->file(e.file);
       ssize_t n = ::pread(f.fd.get(), buf.data(), e.length, static_cast<off_t>(e.offset));
       if (n != static_cast<ssize_t>(e.length)) {
-        std::printf("  slot %" PRIu64 ": layer %u cannot be read (%s)\n", r.slot, l,
-                    n < 0 ? std::strerror(errno) : "short read");
+        problem(r.slot, "layer " + std::to_string(l) + " cannot be read (" +
+                            (n < 0 ? std::strerror(errno) : "short read") + ")");
       } else if (layer_sum(buf.data(), e.length) != r.layer_sums[l]) {
-        std::printf("  slot %" PRIu64 ": layer %u fails its checksum\n", r.slot, l);
+        problem(r.slot, "layer " + std::to_string(l) + " fails its checksum");
       } else {
         continue;
       }
@@ -72,15 +82,28 @@ int cmd_fsck(int argc, char** argv) {
       last = now_s();
     }
   }
-  std::printf("data: %zu of %zu chunks verified, %zu bad\n", records.size() - bad_data, records.size(), bad_data);
   std::sort(drop.begin(), drop.end());
   drop.erase(std::unique(drop.begin(), drop.end()), drop.end());
+  const bool cleared = repair && !drop.empty();
+  if (cleared) pool->write_tombstones(drop);
+  if (json) {
+    std::printf("{\"schema\":1,\"uuid\":\"%s\",\"files\":%zu,\"layout\":%s,\"records_valid\":%zu,"
+                "\"records_bad\":%zu,\"chunks_verified\":%zu,\"chunks_bad\":%zu,\"problems\":[",
+                uuid_string(pool->uuid()).c_str(), pool->files(), json_string(g.shape().describe()).c_str(), records.size(),
+                bad_records.size(), records.size() - bad_data, bad_data);
+    for (size_t i = 0; i < problems.size(); ++i)
+      std::printf("%s{\"slot\":%" PRIu64 ",\"problem\":%s}", i ? "," : "", problems[i].first,
+                  json_string(problems[i].second).c_str());
+    std::printf("],\"records_to_clear\":%zu,\"cleared\":%s,\"consistent\":%s}\n", drop.size(),
+                cleared ? "true" : "false", drop.empty() || cleared ? "true" : "false");
+    return drop.empty() || cleared ? 0 : 4;
+  }
+  std::printf("data: %zu of %zu chunks verified, %zu bad\n", records.size() - bad_data, records.size(), bad_data);
   if (drop.empty()) return 0;
   if (!repair) {
     std::printf("run with --repair to clear %zu record(s) (their chunks become misses)\n", drop.size());
     return 4;
   }
-  pool->write_tombstones(drop);
   std::printf("repaired: cleared %zu record(s)\n", drop.size());
   return 0;
 }

@@ -17,19 +17,25 @@ const char* kUsage =
     "usage: tutti <command> [options]\n"
     "\n"
     "commands:\n"
-    "  info                 version, build features, and which backends work here (and why not)\n"
+    "  info [--json]        version, build features, which backends work here (and why not), and\n"
+    "                       each option's value here and where it comes from (default or TUTTI_*)\n"
     "  bench [options]      store a synthetic KV cache, load it back layer by layer, verify every\n"
     "                       byte, and compare with the raw O_DIRECT bandwidth of the same pool file\n"
     "                       (1 MiB I/Os, 4 io_uring threads x 32 in flight; on tmpfs one per core,\n"
     "                       up to 16, measured in every run). CPU columns, per layer: cpu = the calling\n"
     "                       (engine) thread, io cpu = the whole process, sched = tutti's scheduler\n"
     "                       and waker threads, sqpoll = io_uring SQPOLL threads (gpu-uring)\n"
-    "  fsck POOL... [--repair]\n"
+    "  fsck POOL... [--repair] [--json]\n"
     "                       check superblocks, commit records and every layer checksum;\n"
     "                       --repair clears every record that fails (its chunk becomes a miss);\n"
     "                       exit 0 consistent (or repaired), 4 damage found\n"
-    "  stats POOL...        occupancy, chunks and layout fingerprint of a pool\n"
+    "  stats POOL... [--prometheus | --json]\n"
+    "                       occupancy, chunks and layout fingerprint of a pool\n"
     "                       (--prometheus: the occupancy as Prometheus gauges)\n"
+    "  --version            the version\n"
+    "\n"
+    "--json: one JSON document (a \"schema\" number versions its fields); bench --json: one\n"
+    "JSON object per row. A bad command line exits 2.\n"
     "\n"
     "bench options:\n"
     "  --model NAME         llama3-8b (default), llama3-70b, qwen2.5-7b, mistral-7b, tiny\n"
@@ -71,7 +77,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    if (cmd == "info") return cmd_info();
+    if (cmd == "info") return cmd_info(argc - 2, argv + 2);
     if (cmd == "bench") return cmd_bench(argc - 2, argv + 2);
     if (cmd == "stats") return cmd_stats(argc - 2, argv + 2);
     if (cmd == "fsck") return cmd_fsck(argc - 2, argv + 2);

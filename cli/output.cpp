@@ -46,6 +46,23 @@ void Printer::progress(const std::string& s) const {
   std::fflush(stderr);
 }
 
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", c);
+      out += esc;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
 int call_failed(const char* what, int rc) {
   std::fprintf(stderr, "tutti: %s: %s (%s)\n", what, tutti_strerror(rc), tutti_last_error());
   return 2;

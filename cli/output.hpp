@@ -34,6 +34,9 @@ struct Printer {
   void progress(const std::string& s) const;
 };
 
+// s as a JSON string literal, quotes included.
+std::string json_string(const std::string& s);
+
 // Prints "tutti: <what>: <strerror> (<tutti_last_error>)" on stderr for a C ABI call that
 // returned `rc`, and returns 2, the exit status for it.
 int call_failed(const char* what, int rc);

@@ -1,6 +1,7 @@
 // tutti stats: occupancy, chunks and layout fingerprint of a pool; --prometheus prints the
 // occupancy as Prometheus gauges (text exposition format), e.g. for node_exporter's textfile
-// collector. A live runtime's counters come from tutti.metrics (Python) in its own process.
+// collector; --json, one JSON document. A live runtime's counters come from tutti.metrics
+// (Python) in its own process.
 #include <cinttypes>
 #include <cstdio>
 #include <string>
@@ -8,6 +9,7 @@
 #include "args.hpp"
 #include "cli.hpp"
 #include "common/units.hpp"
+#include "output.hpp"
 #include "pool/pool.hpp"
 
 namespace tutti::cli {
@@ -34,8 +36,8 @@ void gauge(const char* name, const char* help, const std::string& labels, double
 }  // namespace
 
 int cmd_stats(int argc, char** argv) {
-  bool prometheus = false;
-  auto pool = Pool::open_existing(pool_args(argc, argv, "--prometheus", &prometheus));
+  bool prometheus = false, json = false;
+  auto pool = Pool::open_existing(pool_args(argc, argv, {{"--prometheus", &prometheus}, {"--json", &json}}));
   const auto& g = pool->geometry();
   uint64_t torn = 0;
   auto records = pool->read_records(&torn);
@@ -50,6 +52,18 @@ int cmd_stats(int argc, char** argv) {
     gauge("tutti_pool_files", "Files the pool is striped over", labels, static_cast<double>(pool->files()));
     gauge("tutti_pool_ranks", "Runtimes that share the pool, each with its share of the slots", labels,
           static_cast<double>(pool->ranks()));
+    return 0;
+  }
+  if (json) {
+    std::printf("{\"schema\":1,\"uuid\":\"%s\",\"format_version\":%u,\"files\":[", uuid_string(pool->uuid()).c_str(),
+                kFormatVersion);
+    for (size_t i = 0; i < pool->files(); ++i)
+      std::printf("%s{\"path\":%s,\"direct\":%s}", i ? "," : "", json_string(pool->file(i).path).c_str(),
+                  pool->file(i).direct ? "true" : "false");
+    std::printf("],\"layout\":%s,\"slot_bytes\":%" PRIu64 ",\"layer_bytes\":%" PRIu64 ",\"slots\":%" PRIu64
+                ",\"ranks\":%u,\"chunks\":%zu,\"kv_bytes\":%" PRIu64 ",\"unreadable_records\":%" PRIu64 "}\n",
+                json_string(g.shape().describe()).c_str(), g.shape().slot_bytes(), g.shape().layer_bytes(), g.slots(),
+                pool->ranks(), records.size(), records.size() * g.shape().slot_bytes(), torn);
     return 0;
   }
   std::printf("pool %s: %zu file(s), format version %u\n", uuid_string(pool->uuid()).c_str(), pool->files(),

@@ -42,18 +42,18 @@ const std::vector<OptionInfo>& option_table() {
   return table;
 }
 
+std::string option_env_name(const std::string& key) {
+  std::string s = "TUTTI_";
+  for (char c : key) s += static_cast<char>(c >= 'a' && c <= 'z' ? c - 32 : c);
+  return s;
+}
+
 namespace {
 
 const OptionInfo* find(const std::string& key) {
   for (auto& o : option_table())
     if (key == o.key) return &o;
   return nullptr;
-}
-
-std::string env_name(const std::string& key) {
-  std::string s = "TUTTI_";
-  for (char c : key) s += static_cast<char>(c >= 'a' && c <= 'z' ? c - 32 : c);
-  return s;
 }
 
 uint64_t size_of(const std::string& key, const std::string& v, uint64_t min, uint64_t max) {
@@ -174,13 +174,13 @@ Config Options::resolve() const {
     std::string v = o.default_value;
     if (auto it = values_.find(key); it != values_.end()) {
       v = it->second;
-    } else if (const char* e = std::getenv(env_name(key).c_str()); e && *e) {
+    } else if (const char* e = std::getenv(option_env_name(key).c_str()); e && *e) {
       v = e;
     }
     try {
       apply(c, key, v);
     } catch (const Error& err) {
-      fail(err.code(), std::string(err.what()) + (values_.count(key) ? "" : " (from " + env_name(key) + ")"), err.site());
+      fail(err.code(), std::string(err.what()) + (values_.count(key) ? "" : " (from " + option_env_name(key) + ")"), err.site());
     }
   }
   std::vector<std::string> pools = pools_;

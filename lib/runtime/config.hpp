@@ -58,6 +58,7 @@ struct OptionInfo {
   const char* help;
 };
 const std::vector<OptionInfo>& option_table();
+std::string option_env_name(const std::string& key);  // "queue_depth" -> "TUTTI_QUEUE_DEPTH"
 
 // Options as given; resolve() applies environment variables and defaults, and validates.
 class Options {

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The CLI as scripts drive it: info, stats and fsck print one JSON document with --json; every
+# command refuses an argument it does not know (exit 2); info shows where each option's value
+# comes from and refuses a bad TUTTI_* value; bench --backends takes exactly the names info lists.
+#   args_json.sh TUTTI_CLI POOL   (POOL: a pool of 4 chunks, as cli_fsck_setup leaves it)
+set -euo pipefail
+tutti=$1 pool=$2
+py() { python3 -c "import json, sys; d = json.load(sys.stdin); $1"; }
+expect_rc() {  # expect_rc RC PATTERN CMD...: exit status RC and PATTERN in stderr
+  local want=$1 pattern=$2 rc=0; shift 2
+  "$@" >/dev/null 2>"$tmp" || rc=$?
+  [ "$rc" = "$want" ] || { echo "'$*' exited $rc, expected $want"; cat "$tmp"; exit 1; }
+  grep -q -- "$pattern" "$tmp" || { echo "'$*': no '$pattern' in:"; cat "$tmp"; exit 1; }
+}
+tmp=$(mktemp); trap 'rm -f "$tmp"' EXIT
+
+"$tutti" info --json | py 'assert d["schema"] == 1 and d["version"]; assert any(b["name"] == "posix" and b["works"] for b in d["backends"])'
+TUTTI_RINGS=3 "$tutti" info --json | py '
+o = {x["key"]: x for x in d["options"]}
+assert o["rings"]["value"] == "3" and o["rings"]["source"] == "TUTTI_RINGS", o["rings"]
+assert o["queue_depth"]["source"] == "default" and o["queue_depth"]["value"] == o["queue_depth"]["default"]'
+TUTTI_RINGS=3 "$tutti" info >"$tmp"  # (not piped into grep -q, which may close the pipe early)
+grep -Eq '^  rings +3 +TUTTI_RINGS ' "$tmp"
+rc=0; TUTTI_RINGS=zero "$tutti" info >"$tmp" || rc=$?
+[ "$rc" = 2 ] && grep -q "refused: option rings" "$tmp" || { echo "a bad TUTTI_RINGS: info exited $rc"; cat "$tmp"; exit 1; }
+
+# bench --backends: the names info lists are accepted (the run may then find one unusable here)
+for b in $("$tutti" info --json | py 'print(" ".join(b["name"] for b in d["backends"]))'); do
+  rc=0; "$tutti" bench --backends "$b" --tokens 0 >/dev/null 2>"$tmp" || rc=$?
+  if grep -q "unknown backend" "$tmp"; then echo "bench refuses '$b', which info lists"; exit 1; fi
+done
+expect_rc 2 "unknown backend 'foo'" "$tutti" bench --backends posix,foo
+
+expect_rc 2 "unknown argument '--bogus'" "$tutti" info --bogus
+expect_rc 2 "unknown option '--bogus'" "$tutti" stats --bogus "$pool"
+expect_rc 2 "unknown option '-x'" "$tutti" fsck -x "$pool"
+expect_rc 2 "is not a tutti pool" "$tutti" fsck "$0"
+
+"$tutti" stats --json "$pool" | py 'assert d["schema"] == 1 and d["chunks"] == 4 and d["slots"] >= 4 and d["files"][0]["path"]'
+"$tutti" fsck --json "$pool" | py 'assert d["consistent"] and d["chunks_verified"] == 4 and d["problems"] == []'
+echo "ok"
