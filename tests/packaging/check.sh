@@ -25,6 +25,7 @@ has() {  # package, path
 libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$build/CMakeCache.txt")  # lib, or lib/<multiarch>
 has "libtutti${major}_${ver}_amd64.deb" "$libdir/libtutti.so.$major"
 has "libtutti${major}_${ver}_amd64.deb" "bin/tutti"
+has "libtutti${major}_${ver}_amd64.deb" "share/bash-completion/completions/tutti"
 has "libtutti-dev_${ver}_amd64.deb" "include/tutti.h"
 has "libtutti-dev_${ver}_amd64.deb" "$libdir/pkgconfig/tutti.pc"
 has "libtutti-dev_${ver}_amd64.deb" "$libdir/cmake/tutti/tuttiConfig.cmake"
