@@ -1,9 +1,12 @@
 // tutti bench: stores a synthetic KV cache, loads it back layer by layer and verifies every
 // byte, on each backend, next to the raw bandwidth of the same pool file. It drives the public
 // C ABI, exactly as an engine would.
+#include <sys/utsname.h>
 #include <unistd.h>
 
+#include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <utility>
@@ -18,6 +21,8 @@
 #include "datapath/cufile.hpp"
 #include "datapath/gpu_uring.hpp"
 #include "kernels/device.hpp"
+#include "output.hpp"
+#include "runtime/config.hpp"
 
 namespace tutti::cli {
 
@@ -98,6 +103,29 @@ std::optional<int> parse(int argc, char** argv, BenchArgs& a) {
   return std::nullopt;
 }
 
+// With --json, the first line says what ran where: the version, the arguments, every TUTTI_*
+// option in force, and the machine's facts, so a row file is read on its own.
+void print_run_info(const BenchArgs& a, uint64_t kv_bytes) {
+  std::string backends, env;
+  for (const std::string& b : a.backends) backends += (backends.empty() ? "" : ",") + json_string(b);
+  for (const OptionInfo& o : option_table())
+    if (const char* v = std::getenv(option_env_name(o.key).c_str()); v && *v)
+      env += (env.empty() ? "" : ",") + json_string(option_env_name(o.key)) + ":" + json_string(v);
+  struct utsname u {};
+  ::uname(&u);
+  const std::string gpu = gpu::unavailable_reason();
+  std::printf("{\"schema\":1,\"run_info\":true,\"version\":%s,\"model\":%s,\"tokens\":%zu,\"requests\":%zu,"
+              "\"kv_bytes\":%" PRIu64 ",\"memory\":\"%s\",\"pool\":%s,\"backends\":[%s],\"baseline\":%s,"
+              "\"direct\":%s,\"dram_tier\":%s,\"block_tokens\":%u,\"chunk_tokens\":%u,\"hnd\":%s,\"repeat\":%u,"
+              "\"env\":{%s},\"machine\":{\"host\":%s,\"kernel\":%s,\"cpus\":%ld,\"cuda_devices\":%d}}\n",
+              json_string(tutti_version_string()).c_str(), json_string(a.model->name).c_str(), a.tokens, a.requests,
+              kv_bytes, a.cuda ? "cuda" : "host", json_string(a.pool).c_str(), backends.c_str(),
+              a.baseline ? "true" : "false", json_string(a.direct).c_str(), json_string(a.dram_tier).c_str(),
+              a.block_tokens, a.chunk_tokens, a.hnd ? "true" : "false", a.repeat, env.c_str(),
+              json_string(u.nodename).c_str(), json_string(u.release).c_str(), ::sysconf(_SC_NPROCESSORS_ONLN),
+              gpu.empty() ? gpu::device_count() : 0);
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -111,6 +139,7 @@ int cmd_bench(int argc, char** argv) {
     std::printf("tutti bench: %s (%u layers, %u kv heads, head dim %u), %zu tokens in %zu request(s), KV %s in %s, pool %s\n",
                 m.name, m.layers, m.heads, m.head_dim, a.tokens, a.requests, format_bytes(kv.bytes()).c_str(),
                 a.cuda ? "CUDA device 0" : "host memory", a.pool.c_str());
+  if (a.json) print_run_info(a, kv.bytes());
   print.header();
 
   std::vector<std::pair<std::string, const char*>> runs;

@@ -38,4 +38,13 @@ expect_rc 2 "is not a tutti pool" "$tutti" fsck "$0"
 
 "$tutti" stats --json "$pool" | py 'assert d["schema"] == 1 and d["chunks"] == 4 and d["slots"] >= 4 and d["files"][0]["path"]'
 "$tutti" fsck --json "$pool" | py 'assert d["consistent"] and d["chunks_verified"] == 4 and d["problems"] == []'
+# bench --json: the run's facts first, then one row per line
+bpool=$(dirname "$pool")/args-json-bench.pool
+TUTTI_THREADS=3 "$tutti" bench --model tiny --tokens 512 --repeat 1 --quiet --json --no-baseline --backends posix \
+  --pool "$bpool" | python3 -c '
+import json, sys
+lines = [json.loads(l) for l in sys.stdin]
+info, rows = lines[0], lines[1:]
+assert info["run_info"] and info["version"] and info["env"].get("TUTTI_THREADS") == "3" and info["machine"]["cpus"] > 0, info
+assert [r["bench"] for r in rows] == ["raw-write", "store", "raw-read", "load"] and all(r["verified"] for r in rows), rows'
 echo "ok"
