@@ -31,6 +31,7 @@ const std::vector<OptionInfo>& option_table() {
       {"sqpoll_shared", "1", "gpu-uring: 1 = all rings share one SQPOLL thread (IORING_SETUP_ATTACH_WQ); 0 = one each"},
       {"threads", "16", "posix backend worker threads"},
       {"store_nice", "19", "CPU nice (0-19) of the threads that write stores, so loads and the engine's threads come first"},
+      {"store_yield_ms", "0", "how long (ms) each write of a store waits while loads are in flight (posix, dram); 0: it does not"},
       {"nvme_controller", "0", "nvme: tutti_kmod's controller number"},
       {"nvme_data_pointer", "auto", "nvme: auto (SGL where the controller has them) | sgl | prp"},
       {"create", "1", "1 | 0: create missing pool files"},
@@ -131,6 +132,8 @@ void apply(Config& c, const std::string& key, const std::string& v) {
     c.threads = count_of(key, v, 1, 1024);
   } else if (key == "store_nice") {
     c.store_nice = count_of(key, v, 0, 19);
+  } else if (key == "store_yield_ms") {
+    c.store_yield_ms = count_of(key, v, 0, 1000);
   } else if (key == "nvme_controller") {
     c.nvme_controller = count_of(key, v, 0, 1023);
   } else if (key == "nvme_data_pointer") {

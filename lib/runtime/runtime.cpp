@@ -180,10 +180,12 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   // The CPU producers: one for the stores of every path but mapped-cuda, its threads niced, and
   // one of the same kind for the loads of the host paths and staged-cuda (uring, posix, dram in
   // host memory), so a load never queues behind a store's I/O nor yields the CPU to it.
+  reads_first_.set_max_wait(std::chrono::milliseconds(cfg_.store_yield_ms));
   auto cpu_backend = [&](bool stores) {
     BackendConfig c = bc;
     c.stores = stores;
     c.nice = stores ? static_cast<int>(cfg_.store_nice) : 0;
+    c.reads_first = &reads_first_;
     return b == BackendKind::kDram ? make_dram_backend(c, *dram_pool)
                                    : make_backend(plan.uring_stores ? BackendKind::kUring : b, c);
   };
@@ -256,7 +258,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
                                                          "chunks were dropped (an interrupted store, or a damaged "
                                                          "device; tutti fsck tells more)");
   device_ = std::move(device);
-  scheduler_ = std::make_unique<Scheduler>(cfg_.lookahead, static_cast<int>(cfg_.store_nice));
+  scheduler_ = std::make_unique<Scheduler>(cfg_.lookahead, static_cast<int>(cfg_.store_nice), reads_first_);
   binding_ = std::move(binding);
   registered_.store(true, std::memory_order_release);  // lookup service threads may look now
   lookup_server_ = std::move(lookup_server);

@@ -112,6 +112,7 @@ class Runtime {
   std::set<Batch*> by_layer_;
   std::atomic<bool> closed_{false};
   std::atomic<bool> registered_{false};  // set last by register_kv
+  ReadsFirst reads_first_;  // outlives the store backend's threads and the scheduler
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<KvEvents> events_;  // outlives index_, which reports removals to it
   std::unique_ptr<Index> index_;

@@ -4,8 +4,11 @@
 
 namespace tutti {
 
-Scheduler::Scheduler(unsigned lookahead, int store_nice)
-    : lookahead_(lookahead ? lookahead : 1), store_nice_(store_nice), loader_([this] { run(false); }), storer_([this] { run(true); }) {}
+Scheduler::Scheduler(unsigned lookahead, int store_nice, ReadsFirst& reads_first)
+    : lookahead_(lookahead ? lookahead : 1),
+      store_nice_(store_nice),
+      reads_first_(reads_first),
+      loader_([this] { run(false); }), storer_([this] { run(true); }) {}
 
 Scheduler::~Scheduler() {
   {
@@ -23,12 +26,14 @@ void Scheduler::enqueue(Scheduled* b) {
   std::lock_guard lock(mu_);
   (b->is_load() ? loads_ : stores_).push_back(b);
   loads_in_flight_ += b->is_load();
+  if (b->is_load()) reads_first_.load_began();
   cv_.notify_all();
 }
 
 void Scheduler::load_landed() {
   std::lock_guard lock(mu_);
   --loads_in_flight_;
+  reads_first_.load_landed();
   cv_.notify_all();
 }
 

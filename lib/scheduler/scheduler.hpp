@@ -16,6 +16,8 @@
 #include <mutex>
 #include <thread>
 
+#include "scheduler/reads_first.hpp"
+
 namespace tutti {
 
 // A batch as the scheduler sees it: layers to issue in order, and a commit for stores.
@@ -36,7 +38,7 @@ class Scheduled {
 
 class Scheduler {
  public:
-  Scheduler(unsigned lookahead, int store_nice);
+  Scheduler(unsigned lookahead, int store_nice, ReadsFirst& reads_first);
   ~Scheduler();  // finishes every queued batch first
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -52,6 +54,7 @@ class Scheduler {
 
   unsigned lookahead_;
   int store_nice_;
+  ReadsFirst& reads_first_;  // told of every load that begins and lands
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Scheduled*> loads_, stores_, commits_;

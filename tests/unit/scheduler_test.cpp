@@ -1,4 +1,5 @@
-// The scheduler's order: loads on their own thread, stores only while no load is in flight.
+// The scheduler's order: loads on their own thread, stores only while no load is in flight,
+// and the store I/O threads' gate (ReadsFirst) knows of every load in flight.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -59,7 +60,8 @@ struct Log {
 TEST(Scheduler, AStoreWaitsUntilEveryLoadHasLanded) {
   Log log;
   FakeBatch load(true, 2, &log.lines, &log.mu, &log.cv), store(false, 1, &log.lines, &log.mu, &log.cv);
-  Scheduler s(4, 0);
+  ReadsFirst rf;
+  Scheduler s(4, 0, rf);
   s.enqueue(&load);
   EXPECT_EQ(log.at_least(2), (std::vector<std::string>{"load 0", "load 1"}));
   s.enqueue(&store);  // both load layers are issued, neither has landed: the store waits
@@ -77,7 +79,8 @@ TEST(Scheduler, AStoreWaitsUntilEveryLoadHasLanded) {
 TEST(Scheduler, ALoadIsIssuedWhileAStoreIsInFlight) {
   Log log;
   FakeBatch store(false, 3, &log.lines, &log.mu, &log.cv), load(true, 1, &log.lines, &log.mu, &log.cv);
-  Scheduler s(1, 0);
+  ReadsFirst rf;
+  Scheduler s(1, 0, rf);
   s.enqueue(&store);
   EXPECT_EQ(log.at_least(1).back(), "store 0");  // lookahead 1: layer 1 waits for layer 0
   s.enqueue(&load);
@@ -99,7 +102,8 @@ TEST(Scheduler, ALoadIsIssuedWhileAStoreIsInFlight) {
 TEST(Scheduler, ACancelledStoreDoesNotWaitForLoads) {
   Log log;
   FakeBatch load(true, 1, &log.lines, &log.mu, &log.cv), store(false, 1, &log.lines, &log.mu, &log.cv);
-  Scheduler s(4, 0);
+  ReadsFirst rf;
+  Scheduler s(4, 0, rf);
   s.enqueue(&load);
   EXPECT_EQ(log.at_least(1).back(), "load 0");
   store.cancelled_ = true;
@@ -107,6 +111,46 @@ TEST(Scheduler, ACancelledStoreDoesNotWaitForLoads) {
   EXPECT_EQ(log.at_least(2).back(), "store 0");
   load.landed_ = 1;
   s.load_landed();
+}
+
+TEST(Scheduler, TellsTheWritersGateOfEveryLoadInFlight) {
+  Log log;
+  FakeBatch a(true, 1, &log.lines, &log.mu, &log.cv), b(true, 1, &log.lines, &log.mu, &log.cv);
+  ReadsFirst rf;
+  Scheduler s(4, 0, rf);
+  s.enqueue(&a);
+  s.enqueue(&b);
+  EXPECT_EQ(rf.loads_in_flight(), 2u);
+  a.landed_ = 1;
+  s.load_landed();
+  EXPECT_EQ(rf.loads_in_flight(), 1u);
+  b.landed_ = 1;
+  s.load_landed();
+  EXPECT_EQ(rf.loads_in_flight(), 0u);
+}
+
+// A write held back by a load goes on once the load lands, and is never held for good (a
+// load that never lands must not stop the writers, nor a runtime's close).
+TEST(ReadsFirst, AWriteWaitsForTheLoadButNotForever) {
+  ReadsFirst rf;
+  rf.load_began();
+  rf.before_write();  // store_yield_ms=0 (the default): no wait
+  rf.set_max_wait(std::chrono::seconds(60));
+  std::atomic<bool> wrote{false};
+  const auto start = std::chrono::steady_clock::now();
+  std::thread writer([&] {
+    rf.before_write();
+    wrote = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(wrote.load()) << "a write went on while a load was in flight";
+  rf.load_landed();
+  writer.join();  // woken by the landing, long before the 60 s bound
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  rf.set_max_wait(std::chrono::milliseconds(5));
+  rf.load_began();
+  rf.before_write();  // returns after 5 ms although the load never lands
+  EXPECT_EQ(rf.loads_in_flight(), 1u);
 }
 
 }  // namespace
