@@ -40,10 +40,11 @@ std::vector<BackendState> backends() {
                gpu_uring_unavailable_reason()});
   std::string cwhy = cufile_unavailable_reason();
   b.push_back({"cufile", cwhy.empty() ? "cuFile, " + cufile_mode() + "; loads into CUDA memory" : "", cwhy});
-  b.push_back({"passthru", "io_uring NVMe passthrough (/dev/ngXnY), for pools on an NVMe namespace", ""});
-  b.push_back({"nvme", "NVMe commands on tutti_kmod's queue pairs (SGLs straight into the blocks), for pools on a "
-                       "namespace shared with a controller dedicated to tutti (kmod/README.md)", ""});
-  b.push_back({"dram", "pools on tmpfs (/dev/shm): mapped; CUDA memory: copy kernels, no I/O", ""});
+  // These three depend on where the pool lies: what they need is said, not tried.
+  b.push_back({"passthru", "for pools on an NVMe namespace: io_uring NVMe passthrough (/dev/ngXnY)", ""});
+  b.push_back({"nvme", "for pools on a namespace shared with a controller dedicated to tutti: NVMe commands on "
+                       "tutti_kmod's queue pairs, SGLs straight into the blocks (kmod/README.md)", ""});
+  b.push_back({"dram", "for pools on tmpfs (/dev/shm): mapped; CUDA memory: copy kernels, no I/O", ""});
   return b;
 }
 
@@ -117,8 +118,8 @@ int cmd_info(int argc, char** argv) {
   std::printf("backends:\n");
   for (const BackendState& b : bs) {
     const bool depends = std::string(b.name) == "passthru" || std::string(b.name) == "nvme" || std::string(b.name) == "dram";
-    std::printf("  %-10s %s%s\n", b.name, b.why.empty() ? (depends ? "for " : "works (") : "unusable: ",
-                b.why.empty() ? (b.works + (depends ? "" : ")")).c_str() : b.why.c_str());
+    std::printf("  %-10s %s\n", b.name,
+                (!b.why.empty() ? "unusable: " + b.why : depends ? "works " + b.works : "works (" + b.works + ")").c_str());
   }
   std::printf("auto picks: %s (for a pool on tmpfs: posix; on NVMe with a KV cache in host memory: nvme, else passthru)\n",
               picks);
