@@ -25,6 +25,7 @@ struct BackendState {
   const char* name;
   std::string works;  // what it does, when it works here
   std::string why;    // why not, when it does not; empty when it works or depends on the pool
+  bool on_pool = false;  // works where the pool lies (said, not tried)
 };
 
 struct OptionState {
@@ -40,11 +41,10 @@ std::vector<BackendState> backends() {
                gpu_uring_unavailable_reason()});
   std::string cwhy = cufile_unavailable_reason();
   b.push_back({"cufile", cwhy.empty() ? "cuFile, " + cufile_mode() + "; loads into CUDA memory" : "", cwhy});
-  // These three depend on where the pool lies: what they need is said, not tried.
-  b.push_back({"passthru", "for pools on an NVMe namespace: io_uring NVMe passthrough (/dev/ngXnY)", ""});
+  b.push_back({"passthru", "for pools on an NVMe namespace: io_uring NVMe passthrough (/dev/ngXnY)", "", true});
   b.push_back({"nvme", "for pools on a namespace shared with a controller dedicated to tutti: NVMe commands on "
-                       "tutti_kmod's queue pairs, SGLs straight into the blocks (kmod/README.md)", ""});
-  b.push_back({"dram", "for pools on tmpfs (/dev/shm): mapped; CUDA memory: copy kernels, no I/O", ""});
+                       "tutti_kmod's queue pairs, SGLs straight into the blocks (kmod/README.md)", "", true});
+  b.push_back({"dram", "for pools on tmpfs (/dev/shm): mapped; CUDA memory: copy kernels, no I/O", "", true});
   return b;
 }
 
@@ -116,11 +116,9 @@ int cmd_info(int argc, char** argv) {
               gpu.empty() ? ("yes, " + std::to_string(gpu::device_count()) + " device(s)").c_str()
                           : (gpu + " (host memory stands in for the GPU)").c_str());
   std::printf("backends:\n");
-  for (const BackendState& b : bs) {
-    const bool depends = std::string(b.name) == "passthru" || std::string(b.name) == "nvme" || std::string(b.name) == "dram";
+  for (const BackendState& b : bs)
     std::printf("  %-10s %s\n", b.name,
-                (!b.why.empty() ? "unusable: " + b.why : depends ? "works " + b.works : "works (" + b.works + ")").c_str());
-  }
+                (!b.why.empty() ? "unusable: " + b.why : b.on_pool ? "works " + b.works : "works (" + b.works + ")").c_str());
   std::printf("auto picks: %s (for a pool on tmpfs: posix; on NVMe with a KV cache in host memory: nvme, else passthru)\n",
               picks);
   std::printf("options (the value here, and where it comes from: its default or TUTTI_<KEY>):\n");

@@ -351,9 +351,9 @@ void Batch::commit() {
   }
   // KV events before the chunks become visible (once visible they may be evicted, and a router
   // must not hear of a removal before the store), in each prompt's order.
-  if (KvEvents* ev = rt_->events()) {
+  if (KvEvents* ev = rt_->events(); ev && !records.empty()) {
     const size_t ct = rt_->config().chunk_tokens;
-    for (size_t i = 0; i < chunks_.size() && !records.empty(); ++i) {
+    for (size_t i = 0; i < chunks_.size(); ++i) {
       if (chunks_[i].error.load()) continue;
       const Request& q = reqs_[owners_[i].req];
       const size_t c = owners_[i].chunk;
