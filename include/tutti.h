@@ -201,11 +201,12 @@ TUTTI_API const char* tutti_last_error(void);
  *                    priority, so neither a load nor the engine's threads wait for a store's
  *                    CPU work (a zram or software-RAID write compresses or computes parity in
  *                    the thread that writes).
- *   store_yield_ms   how long (ms, 0-1000, default 0: not at all) each write of a store
- *                    waits while a load is in flight (posix and dram backends; the scheduler
- *                    already holds a store's next layers back then), so the writes of layers
- *                    handed out before the load came do not slow it. A wait is bounded: with
- *                    loads always in flight, stores still move. Since 0.7.0.
+ *   store_yield_ms   how long (ms, 0-1000, default 0: not at all) each write of a store that
+ *                    holds no staging yet waits while a load is in flight (the scheduler
+ *                    already holds a store's next layers back then), so the layer being issued
+ *                    when the load came leaves the staging to it; writes already staged finish
+ *                    at once. A wait is bounded: with loads always in flight, stores still
+ *                    move. Since 0.7.0.
  *   sqpoll_idle_ms   gpu-uring: ms without submissions before a SQPOLL thread sleeps
  *                    (default 2); it spins while awake.
  *   sqpoll_shared    gpu-uring: 1 (default) = every ring shares the first ring's SQPOLL

@@ -15,8 +15,6 @@
 
 namespace tutti {
 
-class ReadsFirst;
-
 class IoOp {
  public:
   virtual ~IoOp() = default;
@@ -53,7 +51,6 @@ struct BackendConfig {
   // CPU as on the device: a zram or software-RAID write spends CPU in the writing thread).
   bool stores = false;
   int nice = 0;
-  ReadsFirst* reads_first = nullptr;   // stores: each write asks it first (posix, dram threads)
   unsigned nvme_controller = 0;        // nvme: tutti_kmod's controller number
   std::string nvme_data_pointer = "auto";  // nvme: auto (SGL where supported) | sgl | prp
 };

@@ -8,6 +8,7 @@
 #include "common/units.hpp"
 #include "datapath/dram_tier.hpp"
 #include "datapath/path_run.hpp"
+#include "scheduler/reads_first.hpp"
 
 namespace tutti {
 
@@ -153,6 +154,10 @@ void IoRun::issue(uint32_t layer) {
     wave = nullptr;
   };
   for (LayerOp& op : ops) {
+    if (!load_ && p_.reads_first && p_.reads_first->yielding()) {  // a load came: it goes first
+      flush();
+      p_.reads_first->before_write();
+    }
     if (staged(op.item) && !staging_->try_acquire(&op.stage, !load_)) {
       flush();
       close_wave();

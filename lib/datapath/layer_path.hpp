@@ -34,6 +34,7 @@ namespace tutti {
 class DramPool;
 class DramTier;
 class GpuUring;
+class ReadsFirst;
 namespace gpu {
 class Device;
 }
@@ -94,6 +95,7 @@ struct PathParts {
   bool verify = true;             // loads check every chunk-layer's checksum
   bool direct = false;            // host: vectored I/O straight into the blocks
   unsigned lookahead = 4;
+  ReadsFirst* reads_first = nullptr;  // stores: each write not staged yet asks it first
 };
 
 class LayerPath {

@@ -13,7 +13,6 @@
 #include "common/thread_name.hpp"
 #include "datapath/backend.hpp"
 #include "datapath/dram.hpp"
-#include "scheduler/reads_first.hpp"
 
 namespace tutti {
 namespace {
@@ -25,7 +24,6 @@ class ThreadPoolBackend final : public Backend {
         describe_(std::move(describe)),
         thread_name_("tutti-" + name_ + (cfg.stores ? "-st" : "")),
         nice_(cfg.nice),
-        reads_first_(cfg.stores ? cfg.reads_first : nullptr),
         transfer_(std::move(transfer)) {
     unsigned n = cfg.threads ? cfg.threads : 1;
     for (unsigned i = 0; i < n; ++i) workers_.emplace_back([this] { run(); });
@@ -69,7 +67,6 @@ class ThreadPoolBackend final : public Backend {
         op = queue_.front();
         queue_.pop_front();
       }
-      if (reads_first_) reads_first_->before_write();
       op->prepare();
       op->done = 0;
       op->complete(transfer_(*op));
@@ -78,7 +75,6 @@ class ThreadPoolBackend final : public Backend {
 
   const std::string name_, describe_, thread_name_;
   const int nice_;
-  ReadsFirst* const reads_first_;  // stores: loads in flight go first
   const Transfer transfer_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -31,7 +31,7 @@ const std::vector<OptionInfo>& option_table() {
       {"sqpoll_shared", "1", "gpu-uring: 1 = all rings share one SQPOLL thread (IORING_SETUP_ATTACH_WQ); 0 = one each"},
       {"threads", "16", "posix backend worker threads"},
       {"store_nice", "19", "CPU nice (0-19) of the threads that write stores, so loads and the engine's threads come first"},
-      {"store_yield_ms", "0", "how long (ms) each write of a store waits while loads are in flight (posix, dram); 0: it does not"},
+      {"store_yield_ms", "0", "how long (ms) each write of a store not yet staged waits while loads are in flight; 0: it does not"},
       {"nvme_controller", "0", "nvme: tutti_kmod's controller number"},
       {"nvme_data_pointer", "auto", "nvme: auto (SGL where the controller has them) | sgl | prp"},
       {"create", "1", "1 | 0: create missing pool files"},

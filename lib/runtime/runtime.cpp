@@ -185,7 +185,6 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
     BackendConfig c = bc;
     c.stores = stores;
     c.nice = stores ? static_cast<int>(cfg_.store_nice) : 0;
-    c.reads_first = &reads_first_;
     return b == BackendKind::kDram ? make_dram_backend(c, *dram_pool)
                                    : make_backend(plan.uring_stores ? BackendKind::kUring : b, c);
   };
@@ -227,6 +226,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   store.verify = cfg_.verify;
   store.direct = plan.direct;
   store.lookahead = cfg_.lookahead;
+  store.reads_first = &reads_first_;
   PathParts load = store;
   if (load_backend) load.backend = load_backend.get();
   if (load_staging) load.staging = load_staging.get();

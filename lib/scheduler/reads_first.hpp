@@ -1,11 +1,13 @@
-// ReadsFirst: the scheduler holds stores back while a load is in flight, but a store layer
-// already handed to the I/O threads is a hundred or more writes, and on a device that spends
-// CPU per write (zram, software RAID, encryption) they slowed the load that arrived meanwhile.
-// So the store I/O threads also ask here before each write: while loads are in flight, a write
-// waits, for at most max_wait (option store_yield_ms) per write, so that writes are never
-// starved (a load that never lands, a runtime closing).
+// ReadsFirst: the scheduler holds a store's next layers back while a load is in flight, but the
+// layer it is issuing when the load arrives is a hundred or more writes, each taking a staging
+// buffer that the load then lacks (writes may hold half the staging). So the issuer also asks
+// here before each write it has not staged yet: while loads are in flight it hands over what it
+// staged (those writes finish at full speed and free their buffers) and waits, for at most
+// max_wait (option store_yield_ms) per write, so that writes are never starved (a load that
+// never lands, a runtime closing). Writes already staged are never held: they hold buffers.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -18,30 +20,31 @@ class ReadsFirst {
   void set_max_wait(std::chrono::milliseconds d) {
     std::lock_guard lock(mu_);
     max_wait_ = d;
+    max_wait_ms_.store(d.count(), std::memory_order_relaxed);
   }
   void load_began() {
     std::lock_guard lock(mu_);
-    ++loads_;
+    loads_.fetch_add(1, std::memory_order_relaxed);
   }
   void load_landed() {
     std::lock_guard lock(mu_);
-    if (--loads_ == 0) cv_.notify_all();
+    if (loads_.fetch_sub(1, std::memory_order_relaxed) == 1) cv_.notify_all();
   }
+  // Whether a write should yield now (no lock: asked before every write of a store).
+  bool yielding() const { return max_wait_ms_.load(std::memory_order_relaxed) && loads_in_flight(); }
   // Before a write: returns once no load is in flight, or after max_wait.
   void before_write() {
     std::unique_lock lock(mu_);
-    if (max_wait_.count()) cv_.wait_for(lock, max_wait_, [&] { return loads_ == 0; });
+    if (max_wait_.count()) cv_.wait_for(lock, max_wait_, [&] { return loads_in_flight() == 0; });
   }
-  size_t loads_in_flight() {
-    std::lock_guard lock(mu_);
-    return loads_;
-  }
+  size_t loads_in_flight() const { return loads_.load(std::memory_order_relaxed); }
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  size_t loads_ = 0;
+  std::atomic<size_t> loads_{0};
   std::chrono::milliseconds max_wait_{0};  // 0: writes do not wait
+  std::atomic<int64_t> max_wait_ms_{0};    // the same, read without the lock
 };
 
 }  // namespace tutti

@@ -286,6 +286,8 @@ class Bench:
         # other backends go in waves through any staging; they get the same, for like rows.
         layer = self.n * self.bytes_per_token_layer
         staging = f"{max(256 << 20, 2 * layer + (64 << 20)) >> 20}M"
+        if "TUTTI_STAGING" in os.environ:  # a row variant that sizes staging itself
+            staging = None
         rt = Runtime(pool=path, capacity=max(int(kv_bytes * room), 256 << 20), chunk_tokens=CHUNK_TOKENS, backend=backend,
                      io_mode="per-block-baseline" if per_block else None, staging=staging)
         rt.register_kv(self.kv.layout())
