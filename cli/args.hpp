@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Argument parsing shared by the subcommands. A bad argument is reported on stderr as
 // "tutti <command>: ..." and means exit 2.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tutti bench: stores a synthetic KV cache, loads it back layer by layer and verifies every
 // byte, on each backend, next to the raw bandwidth of the same pool file. It drives the public
 // C ABI, exactly as an engine would.

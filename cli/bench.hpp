@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pieces of `tutti bench`: its options, the synthetic KV cache it stores and loads, the raw
 // device measurement every figure is compared with, and one store + load through the C ABI.
 // bench.cpp parses the command line and runs them for each backend.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench's synthetic KV cache (bench.hpp): in host memory, or in HBM of CUDA device 0 with a
 // host copy of one layer at a time to make and check the pattern in.
 #include <algorithm>

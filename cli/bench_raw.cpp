@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The raw device figure of bench (bench.hpp): plain sequential I/O on the pool file through
 // io_uring, no KV logic at all.
 #include <fcntl.h>

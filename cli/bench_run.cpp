@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One run of bench (bench.hpp): a fresh pool, the raw write figure, a store of the whole cache
 // through the C ABI, then loads layer by layer, each after a raw read, every byte verified.
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The subcommands of the tutti tool, one file each; main.cpp picks one by name. Each takes the
 // arguments after its name and returns the exit status; a tutti::Error that escapes one is
 // reported by main (exit 2).

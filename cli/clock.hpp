@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The clocks bench reads around each batch (wall, the calling thread's CPU, the process's CPU,
 // tutti's own threads' CPU); fsck reads the wall clock to pace its progress lines.
 #pragma once

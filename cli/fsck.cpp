@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tutti fsck: checks a pool's superblocks, commit records and every layer checksum, and with
 // --repair clears the records that fail. --json: the findings as one JSON document.
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tutti info: the version, what the build has, which backends work on this machine (and why
 // not), and every runtime option with the value it would have here and where that comes from
 // (its default or its TUTTI_* environment variable). --json: the same as one JSON document.

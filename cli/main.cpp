@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tutti: the command-line tool. `info` says what works here, `bench` measures store and
 // layer-wise load of a synthetic KV cache against the raw device, `fsck` and `stats` inspect a
 // pool. One file per subcommand; this one has the usage and picks the subcommand.

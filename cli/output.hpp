@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What bench reports: a table for people or, with --json, one JSON object per line for scripts;
 // its progress on stderr; and the error line of a failed C ABI call.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tutti stats: occupancy, chunks and layout fingerprint of a pool; --prometheus prints the
 // occupancy as Prometheus gauges (text exposition format), e.g. for node_exporter's textfile
 // collector; --json, one JSON document. A live runtime's counters come from tutti.metrics

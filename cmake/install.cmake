@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Install: the library, its header, pkg-config and CMake package files, and the CLI.
 include(CMakePackageConfigHelpers)
 install(TARGETS tutti EXPORT tuttiTargets

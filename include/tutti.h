@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tutti.h — the stable C ABI of tutti, an SSD-backed KV-cache runtime for LLM serving.
  *
@@ -174,7 +175,8 @@ TUTTI_API const char* tutti_last_error(void);
  *                    chunk-layer). A load into CUDA memory holds each chunk-layer's buffer
  *                    until a copy kernel moved it into the blocks; what does not fit goes in
  *                    waves. Only gpu-uring holds whole layers of the batch (up to lookahead of
- *                    them), and refuses a staging smaller than one. Stores hold at most half.
+ *                    them), and refuses a staging smaller than one. Stores have staging of
+ *                    their own, half as much, so a load never waits for a store's buffers.
  *   device_staging   bytes of GPU memory, half for loads and half for stores, that bytes
  *                    between host memory (staging of uring, posix, passthru, nvme; the dram
  *                    pool) and CUDA memory cross through on the GPU's copy engines; the copy
@@ -202,11 +204,11 @@ TUTTI_API const char* tutti_last_error(void);
  *                    CPU work (a zram or software-RAID write compresses or computes parity in
  *                    the thread that writes).
  *   store_yield_ms   how long (ms, 0-1000, default 0: not at all) each write of a store that
- *                    holds no staging yet waits while a load is in flight (the scheduler
- *                    already holds a store's next layers back then), so the layer being issued
- *                    when the load came leaves the staging to it; writes already staged finish
- *                    at once. A wait is bounded: with loads always in flight, stores still
- *                    move. Since 0.7.0.
+ *                    is not staged yet waits while a load is in flight (the scheduler already
+ *                    holds a store's next layers back then), so the rest of the layer being
+ *                    issued when the load came leaves the device to it; writes already staged
+ *                    go on. A wait is bounded: with loads always in flight, stores still move.
+ *                    Since 0.7.0.
  *   sqpoll_idle_ms   gpu-uring: ms without submissions before a SQPOLL thread sleeps
  *                    (default 2); it spins while awake.
  *   sqpoll_shared    gpu-uring: 1 (default) = every ring shares the first ring's SQPOLL

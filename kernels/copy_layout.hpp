@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where a chunk's object bytes live in the engine's paged blocks. One source for the CPU paths
 // (binding/kv_binding.hpp) and the copy kernels (device.cu): both compilers read this file.
 #pragma once

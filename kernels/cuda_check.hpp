@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Error checks shared by the CUDA sources: a failed call becomes an Error with CUDA's reason.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA kernels and the device glue: copy a layer's chunks between the object layout in pinned
 // staging and the engine's paged blocks, one launch per layer for a whole batch.
 #include <cuda_runtime.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA side of tutti, behind a CUDA-free interface: lib/ calls this, and a build without
 // CUDA links device_stub.cpp instead of device.cu, whose calls fail with a clear reason.
 #pragma once

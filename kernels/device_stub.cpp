@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A build without CUDA: every device call fails with the reason; nothing else changes.
 #include "common/error.hpp"
 #include "kernels/device.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpu-uring, the GPU side: one small kernel per layer writes the layer's read SQEs into the
 // io_uring rings (mapped into the GPU's address space), publishes them, and polls the
 // completion queues until every read of the layer has landed in staging; the layer's scatter

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The GPU side of the gpu-uring backend, behind a CUDA-free interface. GPU warps write a layer's
 // read SQEs into io_uring rings that live in host memory mapped for the device; the rings'
 // SQPOLL kernel threads submit them; the warps poll the completion queues; a copy kernel then

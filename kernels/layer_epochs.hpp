@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The order in which load batches' layers are published to stream-ordered waits. A wait reads
 // one number per layer, "every batch up to epoch E has this layer in place", and compares it
 // with the newest batch's epoch when it runs on the GPU. Batches land out of order (parallel

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The checksum of a chunk-layer extent (pool format 2), one definition for the CPU and the GPU.
 //
 // Each 4 KiB page of the extent is hashed on its own with XXH3-64 under tutti's own secret; the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NVMe I/O commands (Read/Write) whose data pointer scatters one pool extent straight into the
 // engine's blocks, with PRPs or with SGLs (NVMe Base Specification 2.0, 4.1 and 4.3). One source
 // for the CPU producer and for GPU threads: everything here is plain arithmetic on caller

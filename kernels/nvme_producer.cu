@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "kernels/cuda_check.hpp"
 #include "kernels/nvme_producer.hpp"
 

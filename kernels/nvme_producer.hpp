@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The GPU producer of the nvme backend: a kernel whose threads turn planned commands into SQEs
 // with the same builder the CPU producer uses (kernels/nvme_cmd.hpp), write them into a queue
 // pair's submission queue and list pages, and ring its doorbell. On a machine with an NVMe

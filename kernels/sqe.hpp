@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // io_uring submission entries for fixed-file, fixed-buffer reads and writes, built by one source
 // for both producers: the CPU ring threads (datapath/uring.cpp) and the GPU warps of the
 // gpu-uring backend (gpu_uring.cu).

@@ -673,5 +673,5 @@ static void __exit tutti_exit(void)
 module_init(tutti_init);
 module_exit(tutti_exit);
 MODULE_DESCRIPTION("tutti: user- and GPU-driven NVMe queues for KV-cache I/O");
-MODULE_LICENSE("GPL");
+MODULE_LICENSE("GPL v2");
 MODULE_IMPORT_NS(DMA_BUF);

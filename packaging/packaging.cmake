@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Packages (cpack -G DEB, cpack -G RPM, from the build directory), one per component:
 #   libtutti0 / libtutti        runtime: libtutti.so.0 and the tutti tool
 #   libtutti-dev / -devel       tutti.h, the .so link, pkg-config and CMake package files

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rw-probe: do a store's writes slow O_DIRECT reads of the same file more when they fill
 // fallocated (unwritten) blocks than when they overwrite written ones? Readers loop over 1 GiB
 // of written blocks with 1 MiB reads while one writer fills 1 GiB of the file.

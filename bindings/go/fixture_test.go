@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package tutti
 
 // The fixture of tests/fixture/ (tutti_fixture.h), same formula, for the Go tests: a KV cache of

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package tutti is the Go binding of tutti, an SSD-backed KV-cache runtime for LLM serving:
 // keep prefix KV caches in a pool on local NVMe and stream them back into the engine's paged
 // KV cache layer by layer. It is cgo on tutti.h, the library's stable C ABI.

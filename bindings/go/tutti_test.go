@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package tutti
 
 // The Go package against a real pool: bytes stored are the bytes loaded (the pattern of the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The engine's paged KV cache as tutti sees it: validated layout, and the map between a chunk's
 // object bytes (token-major rows, see resolver/layout.hpp) and runs of engine memory.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "binding/staging.hpp"
 
 #include <algorithm>
@@ -27,38 +28,35 @@ Staging::Staging(uint64_t budget, uint64_t buffer_bytes, std::byte* device)
     size_t n = std::min(per_region_, count_ - first);
     regions_.push_back(iovec{base_ + first * buffer_bytes_, n * buffer_bytes_});
   }
-  writes_max_ = std::max<size_t>(1, count_ / 2);
   free_.reserve(count_);
   for (size_t i = count_; i-- > 0;) free_.push_back(static_cast<uint32_t>(i));
 }
 
-Staging::Buffer Staging::acquire(bool write) {
+Staging::Buffer Staging::acquire() {
   std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return !free_.empty() && (!write || writes_held_ < writes_max_); });
-  return take(write);
+  cv_.wait(lock, [&] { return !free_.empty(); });
+  return take();
 }
 
-bool Staging::try_acquire(Buffer* out, bool write) {
+bool Staging::try_acquire(Buffer* out) {
   std::lock_guard lock(mu_);
-  if (free_.empty() || (write && writes_held_ >= writes_max_)) return false;
-  *out = take(write);
+  if (free_.empty()) return false;
+  *out = take();
   return true;
 }
 
-Staging::Buffer Staging::take(bool write) {
+Staging::Buffer Staging::take() {
   const uint32_t id = free_.back();
   free_.pop_back();
-  writes_held_ += write;
-  return Buffer{base_ + uint64_t{id} * buffer_bytes_, static_cast<int>(id / per_region_), id, write};
+  return Buffer{base_ + uint64_t{id} * buffer_bytes_, static_cast<int>(id / per_region_), id};
 }
 
 void Staging::release(const Buffer& b) {
   {
     std::lock_guard lock(mu_);
     free_.push_back(b.id);
-    writes_held_ -= b.write;
   }
-  cv_.notify_all();  // a read and a write may wait for different things
+  cv_.notify_one();
 }
 
 }  // namespace tutti

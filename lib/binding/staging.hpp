@@ -1,8 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0
 // Staging: a fixed budget of aligned host memory cut into equal buffers, handed out one per
 // in-flight I/O. Running out blocks the issuer, which is how the staging budget bounds how far
-// ahead of the consumer reads may run. Writes may hold at most half the buffers (with two or
-// more), so a load that arrives while a store is in flight always finds some (reads before
-// writes).
+// ahead of the consumer reads may run. Loads and stores have one each (reads before writes: a
+// load never waits for buffers that a store's writes hold).
 #pragma once
 
 #include <sys/uio.h>
@@ -23,7 +23,6 @@ class Staging {
     std::byte* data = nullptr;
     int region = -1;  // index of the registered region that holds it
     uint32_t id = 0;
-    bool write = false;  // counts against the writes' half
   };
 
   Staging() = default;
@@ -33,8 +32,8 @@ class Staging {
   Staging(uint64_t budget, uint64_t buffer_bytes, std::byte* device = nullptr);
   static uint64_t arena_bytes_for(uint64_t budget, uint64_t buffer_bytes);
 
-  Buffer acquire(bool write = false);  // blocks until a buffer is free (to writes)
-  bool try_acquire(Buffer* out, bool write = false);
+  Buffer acquire();  // blocks until a buffer is free
+  bool try_acquire(Buffer* out);
   void release(const Buffer& b);
 
   uint64_t buffer_bytes() const { return buffer_bytes_; }
@@ -49,7 +48,7 @@ class Staging {
   bool in_device_memory() const { return in_device_; }
 
  private:
-  Buffer take(bool write);  // requires mu_ and a free buffer
+  Buffer take();  // requires mu_ and a free buffer
 
   AlignedBuffer arena_;  // host memory, unless the arena is device memory
   std::byte* base_ = nullptr;
@@ -62,8 +61,6 @@ class Staging {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<uint32_t> free_;
-  size_t writes_held_ = 0;
-  size_t writes_max_ = 1;
 };
 
 }  // namespace tutti

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C ABI shim: opaque handles over the C++ runtime. Every entry point runs its body through
 // guard(), which turns exceptions into a tutti_error code and the thread-local message.
 #include "tutti.h"

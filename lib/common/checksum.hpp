@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Layer checksums on the CPU (pool format 2; the definition is kernels/layer_sum.hpp): pages are
 // hashed with libxxhash, whose SIMD code is the fastest the machine has.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Errors inside the runtime: an exception carrying a tutti_error code, a message and the place
 // in tutti's source that threw it. Only the C ABI shim catches them; nothing else crosses the ABI.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RAII file descriptor and aligned host memory.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A latency histogram that threads add to without a lock: power-of-two microsecond buckets
 // (tutti_histogram in tutti.h).
 #pragma once

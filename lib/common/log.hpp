@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What tutti tells the engine besides return codes: a process-wide sink (tutti_set_log_callback)
 // for events no call returns, such as chunks discarded for a bad checksum, torn records found
 // at open, or a lookup client hung up on. Quiet by default; without a callback, TUTTI_LOG=error|

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The page hash (XXH3-64 with tutti's secret) compiled with -mavx2 (lib/CMakeLists.txt), from
 // xxhash's header; checksum.cpp calls it where the CPU has AVX2. Debian's libxxhash is built for
 // SSE2 only.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Threads carry names (seen in top, perf and /proc/PID/task/*/comm) so their CPU time can be
 // told apart; `tutti bench` sums it per name. Threads that do a store's work also run at a
 // lower CPU priority, so that the engine's threads and the loads' threads come first.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Byte sizes in text: "64G", "512M", "4096". Suffixes are powers of 1024.
 #pragma once
 

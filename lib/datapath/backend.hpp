@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DataPath: backends that move bytes between pool files and host memory. A backend executes
 // IoOps asynchronously on its own threads; the op's hooks run on those threads, so gather,
 // scatter and checksums are spread over the I/O threads instead of the submitter.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The paths into CUDA memory that CPU I/O or the mapped pool feed: staged-cuda, per-block (in
 // CUDA memory) and mapped-cuda. A load is checked where its bytes land: by the checksum kernel,
 // right after the copy kernel on its stream (per-block: once the layer's copies are all done).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cufile: loads through NVIDIA's cuFile (GPUDirect Storage): reads land in staging in HBM, and
 // the copy kernel scatters them into the blocks. libcufile is opened at run time (dlopen), so
 // tutti neither links nor needs it; where nvidia-fs is absent cuFile runs in its compatibility

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The part of cuFile's C ABI tutti calls, as NVIDIA's cuFile API reference documents it:
 // libcufile is opened at run time, so its header is not needed to build tutti. Where cufile.h
 // is installed, tests/gpu/cufile_abi_test.cpp checks these against it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dram: the pool kept in memory. Its files live on tmpfs (/dev/shm), so they outlive the process
 // but not a reboot, and are mapped into the process. With a KV cache in host memory the
 // backend's I/Os are memcpys from worker threads; with a KV cache in CUDA memory the mapping is

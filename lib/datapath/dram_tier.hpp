@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A DRAM tier above the pool: host memory that keeps the most recently moved chunk-layer
 // extents, so a load of a prefix that is still in memory is a memcpy, not an I/O. It sits in
 // front of a CPU producer (uring, posix, passthru, nvme) as a backend of its own:

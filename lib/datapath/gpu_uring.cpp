@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "datapath/gpu_uring.hpp"
 #include "common/thread_name.hpp"
 

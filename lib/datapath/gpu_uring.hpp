@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpu-uring: loads into CUDA memory whose I/O the GPU itself submits and reaps. This side sets
 // up the io_uring rings (SQPOLL, so no system call is needed to submit; registered pool files
 // and staging) and keeps their SQPOLL threads awake while layers are in flight; the GPU side

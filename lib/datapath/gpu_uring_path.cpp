@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpu-uring loads: per layer, one launch on the GPU writes the layer's io_uring submissions,
 // polls their completions and scatters what landed into the blocks; the CPU only launches it.
 #include <algorithm>

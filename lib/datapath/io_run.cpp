@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -158,10 +159,10 @@ void IoRun::issue(uint32_t layer) {
       flush();
       p_.reads_first->before_write();
     }
-    if (staged(op.item) && !staging_->try_acquire(&op.stage, !load_)) {
+    if (staged(op.item) && !staging_->try_acquire(&op.stage)) {
       flush();
       close_wave();
-      op.stage = staging_->acquire(!load_);
+      op.stage = staging_->acquire();
     }
     if (waves) {
       if (!wave) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LayerPath: how one layer of a batch's chunks moves between the pool and the engine's KV
 // blocks. There is one implementation per way a layer lands:
 //   host         CPU I/O (uring, posix, passthru, nvme, dram; DRAM tier in front) into host

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pieces the layer paths share: a run's reporting (RunBase), the pinned memory the copy
 // kernels of one batch read (DeviceBatch), and the CPU-I/O machinery of the host, staged-cuda
 // and per-block paths (IoRun: one LayerOp per I/O, submitted in groups as staging allows).

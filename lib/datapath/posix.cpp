@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // posix: a pool of threads doing preadv/pwritev. Works anywhere; each thread holds one I/O.
 // The same pool serves dram (memcpy with the mapped pool) and cufile (cuFileRead/Write): only
 // the transfer differs.

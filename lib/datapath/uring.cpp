@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // uring: several io_uring rings, each driven by its own thread, so one ring is never the
 // ceiling. Pool files are registered (fixed files), staging memory is registered (fixed
 // buffers: READ_FIXED/WRITE_FIXED skip per-I/O page pinning), and an eventfd read armed in each

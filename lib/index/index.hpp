@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The index: chunk key -> slot, with LRU eviction under capacity pressure.
 // A slot is Free, Writing (allocated to a store; invisible to lookups) or Committed. Loads pin
 // committed slots; a pinned slot is never evicted, so an object being read is never

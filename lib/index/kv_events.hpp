@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // KV events: the chunks the pool gained and lost, kept for an engine's router
 // (tutti_runtime_events). A bounded queue: when it is full the oldest event goes, counted.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lookup/client.hpp"
 
 #include <sys/time.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The client end of the lookup service (server.hpp): what tutti_lookup_client_* run on. One
 // connection, used by one request at a time (a mutex orders callers). A connection that broke
 // (the runtime closed or died, an answer that did not come in time) fails the call with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Whole-message reads and writes on a stream socket, shared by both ends of the lookup service.
 #pragma once
 

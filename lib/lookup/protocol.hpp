@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The lookup service's wire format: how a process that does not own the pool (an engine's
 // scheduler) asks the runtime that does (a worker) how much of a prompt is cached, and pins
 // it. One Unix stream socket per client, requests answered in order. Both ends are processes

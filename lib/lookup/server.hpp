@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The lookup service: a runtime opened with lookup_socket=PATH answers lookups from other
 // processes on a Unix stream socket at PATH (protocol.hpp). One thread accepts; each client
 // gets a thread of its own, blocked in read() between requests, so a slow or stalled client

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where a pool file's bytes lie on its block device (FIEMAP), so the nvme backends can address
 // them as LBAs while the filesystem stays mounted and in charge of the file.
 #pragma once

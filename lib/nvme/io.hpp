@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reads a KV object's bytes from the device straight into the memory that wants them (staging,
 // or the engine's blocks) with as few NVMe commands as the data pointer allows: a command ends
 // at an extent's end, at MDTS, or where its PRP list or SGL segment can describe no more. The

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The NVMe namespace under a file's filesystem, from sysfs: what the nvme backends need to
 // address the file's bytes as LBAs while the stock driver keeps the filesystem mounted.
 #pragma once

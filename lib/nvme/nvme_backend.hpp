@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // nvme: loads as NVMe Read commands on queue pairs this process drives itself, on a controller
 // dedicated to tutti by kmod/ (tutti_kmod) that shares the pool's namespace with the controller
 // the stock driver keeps (same NVM subsystem). Each read is located with FIEMAP, then its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NVMe commands on a stock kernel, no module: io_uring IORING_OP_URING_CMD on the namespace's
 // generic character device (/dev/ngXnY), 128-byte SQEs carrying the NVMe command.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // passthru: loads whose reads are NVMe commands sent through io_uring to the namespace's
 // generic char device (/dev/ngXnY) — no kernel module, the stock driver and the filesystem stay
 // in service. Each read is located on the device with FIEMAP first. Stores take the CPU

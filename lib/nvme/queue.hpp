@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // User-driven NVMe queues on a controller dedicated to tutti (kmod/): a lease on /dev/tutti,
 // memory pinned and DMA-mapped for the controller, and polled I/O queue pairs whose entries and
 // doorbells this process writes itself. The commands come from kernels/nvme_cmd.hpp, the same

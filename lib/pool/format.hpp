@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The on-disk format of pool files (see docs/format.md): a superblock per file and one
 // checksummed commit record per slot. All integers little-endian.
 #pragma once

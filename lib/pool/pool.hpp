@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A pool: the pre-allocated files that hold slots, opened (or created) for one KV shape.
 // Owns the file descriptors, the per-file locks and the commit-record I/O.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "resolver/key.hpp"
 
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack

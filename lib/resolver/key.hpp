@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Chunk keys: a chain of 128-bit xxh3 hashes, key[i] = H(key[i-1], tokens of chunk i), with
 // key[-1] = H(namespace, salt). A key names its whole prefix, so a hit is always a prefix hit.
 // Keys depend only on their inputs (no per-process seed) and are stable across restarts.

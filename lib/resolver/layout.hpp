@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Object geometry: what one KV object (one chunk of tokens, all layers) looks like on disk and
 // where it lives. A slot holds one object, layer-major: [L0: K | V][L1: K | V]... Inside K (and
 // V) the chunk's rows are token-major: (token, head) -> head_dim elements, the NHD order. Each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pool locations: "file:///abs/path?size=64G" or a plain path. A directory means
 // <dir>/tutti.pool. Block devices are used whole.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A batch of load or store requests, executed layer by layer (see scheduler/scheduler.hpp).
 // Built by add(), planned by submit() (keys pinned or slots claimed, the path's run planned),
 // then its layers are issued by the scheduler and land on I/O threads or CUDA callbacks.

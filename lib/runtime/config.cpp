@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "runtime/config.hpp"
 
 #include <sys/un.h>
@@ -20,7 +21,7 @@ const std::vector<OptionInfo>& option_table() {
       {"io_mode", "object", "object | per-block-baseline (one I/O per block and K/V; for comparison only)"},
       {"direct_to_blocks", "auto", "auto | on | off: vectored I/O straight between pool and KV blocks"},
       {"verify", "on", "on | unsafe-off: check every chunk-layer loaded against its checksum (off hands back corrupted bytes as success)"},
-      {"staging", "256M", "bytes of aligned staging memory"},
+      {"staging", "256M", "bytes of aligned staging memory for loads (stores have half as much of their own)"},
       {"device_staging", "auto", "bytes of GPU memory that loads from and stores to host memory cross PCIe through by DMA, half each way (auto: 64M, or two chunk-layers if more; 0: the copy kernels read and write host memory over PCIe)"},
       {"dram_tier", "0", "bytes of host memory above the pool for recently moved chunk-layers (0: none)"},
       {"stream_wait", "host", "host | gpu: how tutti_batch_wait_layer_async waits outside CUDA graph capture (gpu: a spinning kernel; can deadlock, see tutti.h)"},

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runtime options: string keys with documented defaults, each overridable by TUTTI_<KEY>.
 // The single table in config.cpp is the source of truth for keys, defaults and help text.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The plan: what register_kv settles once, from the options, the KV cache and the pool, before
 // anything is built: the backend, whether host I/O goes straight into the blocks, and the
 // layer path of loads and of stores. Nothing is re-decided per batch or per layer.

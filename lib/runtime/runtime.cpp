@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "runtime/runtime.hpp"
 
 #include <chrono>
@@ -55,6 +56,8 @@ void Runtime::close() {
   load_arena_.reset();
   staging_pin_.reset();
   staging_.reset();
+  store_staging_pin_.reset();
+  store_staging_.reset();
   dram_.reset();
   pool_.reset();
 }
@@ -162,17 +165,23 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   // kernels of mapped-cuda need none: they read and write the mapped pool itself. With vectored
   // I/O into the blocks, only the chunks that do not move whole (a range that starts or ends
   // inside one, or starts inside a block) go through staging: a few buffers are enough.
-  std::unique_ptr<Staging> staging;
-  gpu::HostPin staging_pin;  // a registration that fails below leaves nothing pinned
+  // Stores have staging of their own, half as much: a store's writes, slow at their nice level
+  // on a device that spends CPU per write (zram), held half of a shared staging and slowed a
+  // load that came meanwhile by a third (docs/ttft.md).
+  std::unique_ptr<Staging> staging, store_staging;
+  gpu::HostPin staging_pin, store_staging_pin;  // a registration that fails below leaves nothing pinned
   if (plan.load != PathKind::kMappedCuda) {
     const uint64_t op_bytes =
         cfg_.io_mode == IoMode::kObject ? shape.layer_bytes() : shape.token_bytes() * binding->block_tokens();
     const uint64_t bytes = plan.direct ? std::min(cfg_.staging, 16 * op_bytes) : cfg_.staging;
     staging = std::make_unique<Staging>(std::max(bytes, op_bytes), op_bytes);
+    store_staging = std::make_unique<Staging>(std::max(bytes / 2, op_bytes), op_bytes);
     // The copy kernels read and write staging in place, over PCIe.
     if (device) {
       staging_pin = gpu::HostPin(*device, staging->arena(), staging->arena_bytes());
       staging->set_device_base(staging_pin.device_address());
+      store_staging_pin = gpu::HostPin(*device, store_staging->arena(), store_staging->arena_bytes());
+      store_staging->set_device_base(store_staging_pin.device_address());
     }
   }
   if (staging) bc.staging = staging->regions();
@@ -185,6 +194,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
     BackendConfig c = bc;
     c.stores = stores;
     c.nice = stores ? static_cast<int>(cfg_.store_nice) : 0;
+    if (stores && store_staging) c.staging = store_staging->regions();
     return b == BackendKind::kDram ? make_dram_backend(c, *dram_pool)
                                    : make_backend(plan.uring_stores ? BackendKind::kUring : b, c);
   };
@@ -218,7 +228,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   store.kv = binding.get();
   store.pool = pool.get();
   store.backend = backend.get();
-  store.staging = staging.get();
+  store.staging = store_staging.get();
   store.tier = tier.get();
   store.device = device.get();
   store.dram = dram_pool.get();
@@ -228,8 +238,8 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   store.lookahead = cfg_.lookahead;
   store.reads_first = &reads_first_;
   PathParts load = store;
+  load.staging = load_staging ? load_staging.get() : staging.get();
   if (load_backend) load.backend = load_backend.get();
-  if (load_staging) load.staging = load_staging.get();
   load.gpu_uring = gu.get();
 
   counters_.per_layer_wait_ns = std::make_unique<std::atomic<uint64_t>[]>(shape.layers);
@@ -241,6 +251,8 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   events_ = std::move(events);
   staging_ = std::move(staging);
   staging_pin_ = std::move(staging_pin);
+  store_staging_ = std::move(store_staging);
+  store_staging_pin_ = std::move(store_staging_pin);
   dram_ = std::move(dram_pool);
   backend_ = std::move(backend);
   load_arena_ = std::move(load_arena);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The runtime: one pool, one registered KV cache, one backend, one scheduler.
 // Held by shared_ptr so live batches keep it alive after the C handle is closed.
 #pragma once
@@ -118,8 +119,8 @@ class Runtime {
   std::unique_ptr<Index> index_;
   std::unique_ptr<KvBinding> binding_;
   std::unique_ptr<gpu::Device> device_;
-  std::unique_ptr<Staging> staging_;
-  gpu::HostPin staging_pin_;  // CUDA memory: staging mapped for the copy kernels
+  std::unique_ptr<Staging> staging_, store_staging_;  // loads', stores'
+  gpu::HostPin staging_pin_, store_staging_pin_;  // CUDA memory: staging mapped for the copy kernels
   std::unique_ptr<DramPool> dram_;  // outlives the backend, whose threads copy from it
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<void, void (*)(void*)> load_arena_{nullptr, gpu::free};  // HBM for load_staging_

@@ -1,10 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0
 // ReadsFirst: the scheduler holds a store's next layers back while a load is in flight, but the
-// layer it is issuing when the load arrives is a hundred or more writes, each taking a staging
-// buffer that the load then lacks (writes may hold half the staging). So the issuer also asks
-// here before each write it has not staged yet: while loads are in flight it hands over what it
-// staged (those writes finish at full speed and free their buffers) and waits, for at most
-// max_wait (option store_yield_ms) per write, so that writes are never starved (a load that
-// never lands, a runtime closing). Writes already staged are never held: they hold buffers.
+// layer it is issuing when the load arrives is a hundred or more writes that would share the
+// device (and, on zram or software RAID, the CPU) with the load. With option store_yield_ms the
+// issuer asks here before each write it has not staged yet: while loads are in flight it hands
+// over what it staged (those writes go on at once) and waits, for at most max_wait per write,
+// so that writes are never starved (a load that never lands, a runtime closing).
 #pragma once
 
 #include <atomic>

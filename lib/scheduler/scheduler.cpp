@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "scheduler/scheduler.hpp"
 
 #include "common/thread_name.hpp"

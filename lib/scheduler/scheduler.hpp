@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The layer-wise pipeline. Each submitted batch is issued layer by layer, with at most
 // `lookahead` layers in flight beyond the last layer the batch completed, so layer L+1..L+d
 // load while the engine consumes layer L. Reads before writes: loads have a thread of their

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sample: the C ABI from C++, with RAII handles. Opens a pool in a temporary directory,
 // registers a small paged KV cache in host memory, stores one prompt's KV, looks it up, loads
 // it into other blocks layer by layer and checks every byte.

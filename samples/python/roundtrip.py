@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Sample: keep a prompt's KV cache in a tutti pool and stream it back layer by layer.
 
 Opens a pool in a temporary directory, registers a small paged KV cache (numpy, host memory),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Embeds the directory of libtutti.so (TUTTI_LIB_DIR, set by tutti's CMake) as an rpath.
 fn main() {
     println!("cargo:rerun-if-env-changed=TUTTI_LIB_DIR");

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # libtutti.so exports exactly the symbols, at exactly the versions, that lib/capi/abi.txt lists,
 # and every function tutti.h declares is among them.
 #   check.sh NM LIBTUTTI ABI_LIST TUTTI_H

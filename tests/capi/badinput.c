@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* badinput: NULLs, bad structs, ranges, options, paths and order give exact codes, never harm. */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* batch: several requests per store/load batch, per-request results and chunk statuses. */
 #define _GNU_SOURCE
 #include <stdio.h>

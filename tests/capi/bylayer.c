@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* bylayer: TUTTI_OP_STORE_BY_LAYER, the store an engine makes while it computes a prompt: a layer
  * is written only once declared ready, the batch commits after the last, and one destroyed
  * before that stores nothing. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* crash: a writer SIGKILLed mid-store loses nothing it committed and never leaves torn chunks. */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* error_site: with TUTTI_DEBUG=1 a failed call's message ends with " [lib/<file>:<line>]", the
  * place in tutti's source that failed; without it, or with TUTTI_DEBUG=0, it is the plain one. */
 #define _GNU_SOURCE

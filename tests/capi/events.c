@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* events: KV events (option kv_events) report every chunk a store committed, with its tokens
  * and its parent's key, in the prompt's order, and every chunk evicted; a full queue drops the
  * oldest and counts them. Histograms count every layer wait and batch. */

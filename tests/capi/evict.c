@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* evict: a small pool evicts least-recently-used chunks; survivors and pinned loads stay intact. */
 #define _GNU_SOURCE
 #include <stdio.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* helpers.c — shared fixtures of the C API tests (see helpers.h). */
 #define _GNU_SOURCE
 #include <errno.h>

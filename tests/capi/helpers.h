@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* helpers.h — shared fixtures of the C API tests: temp dirs, KV caches with a recomputable byte
  * pattern (the one of tests/fixture/, seeded by each prompt's chain), a shadow copy of the bytes
  * expected everywhere, prompts, block tables, runtime and batch shortcuts. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* lease: tutti_lookup_lease pins what it found, so stores that need room evict other chunks
  * first and a later load of the leased prefix cannot miss; released or expired, the chunks are
  * evictable again. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* lookup_client: a process that does not own the pool asks the runtime that does, through the
  * runtime's lookup socket (lookup_socket=PATH, tutti_lookup_client_*): the hits are the
  * runtime's own, a lease taken through the socket pins like a local one and ends with its

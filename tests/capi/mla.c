@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* mla: K-only KV caches (TUTTI_KV_K_ONLY: one latent vector per token, as MLA models keep),
  * stored and loaded byte-exact on each CPU backend, straight into the blocks and through
  * staging; a pool made for them is refused to a K+V cache of the same sizes, and the other way

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* partial: a store whose range ends inside a chunk also stores that chunk's tokens (in
  * multiples of partial_tokens) as a partial chunk; lookups report hits in tokens, and loads move
  * exactly the range asked for, from any token to any token. */

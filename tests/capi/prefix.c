@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* prefix: partial prefix hits, divergence inside a chunk, salts and namespaces never mix. */
 #define _GNU_SOURCE
 #include <stdio.h>

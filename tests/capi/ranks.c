@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* ranks: the runtimes of a tensor-parallel engine's ranks share one pool (options ranks, rank).
  * Processes that start together create it once; each stores and loads its own shard of the
  * same prompts (other bytes under the same tokens) and only ever gets its own back, also after

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* reopen: stored chunks survive close+reopen; another KV shape is refused with TUTTI_ELAYOUT. */
 #define _GNU_SOURCE
 #include <stdio.h>

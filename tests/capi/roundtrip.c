@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* roundtrip: store then load over random KV layouts, backends, io modes and direct/staged I/O.
  * The dram cases keep their pool under /dev/shm. */
 #define _GNU_SOURCE

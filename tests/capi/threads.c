@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* threads: four threads store, look up and load their own and shared prompts on one runtime. */
 #define _GNU_SOURCE
 #include <dirent.h>

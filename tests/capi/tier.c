@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* tier: the DRAM tier above the pool (option dram_tier). Loads it serves must hand back the
  * stored bytes, as loads from the pool do; stores go through it (write-through), so a chunk
  * stored again over an evicted one's slot is never served stale; a tier smaller than the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The CLI as scripts drive it: info, stats and fsck print one JSON document with --json; every
 # command refuses an argument it does not know (exit 2); info shows where each option's value
 # comes from and refuses a bad TUTTI_* value; bench --backends takes exactly the names info lists.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The bash completion of tutti: subcommands, flags, and bench --backends from `tutti info --json`.
 #   completion.sh TUTTI_CLI COMPLETION_FILE
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # fsck finds a flipped data byte, an unreadable record and a record copied into another slot,
 # exits 4; fsck --repair clears exactly those records, and fsck then passes (exit 0).
 #   fsck_repair.sh TUTTI_CLI WORKDIR

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fuzz.hpp — what the libFuzzer harnesses share: a failed invariant prints where and why, then
 // aborts, which libFuzzer reports as a crash and saves the input that caused it; the input is
 // read front to back (FuzzInput), so seeds are easy to write (tests/fuzz/make-corpus).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fuzz_capi — the C ABI driven by a sequence of calls the input spells: options, runtime open and
 // close, register_kv, lookup, batches (create/add/submit/layer_ready/wait_layer/wait/result/
 // chunk_status/destroy) with fuzzed requests and odd call orders, stats; over a pool of a few

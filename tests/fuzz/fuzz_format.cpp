@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fuzz_format — the pool's on-disk parsers: decode_superblock and decode_record on arbitrary
 // 4 KiB blocks (the fields behind the checksum reached by stamping magic, version and checksum),
 // encode -> decode round trips, and the geometry a decoded superblock or a capacity implies.

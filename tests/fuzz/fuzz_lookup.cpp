@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fuzz_lookup — the lookup service (lookup_socket) fed whatever a client process may send: the
 // input is the byte stream of one connection, written to a runtime that holds one stored
 // prompt (tokens 1..kStored, no salt), then half-closed. tests/fuzz/make-corpus writes seeds of

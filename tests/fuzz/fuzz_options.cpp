@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fuzz_options — option parsing and validation: tutti_options_set with any key and value,
 // TUTTI_* environment variables, then tutti_runtime_open (which resolves and validates them
 // and opens no pool file: it only stats their paths), and the parsers under them: sizes, integers and pool URIs.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tutti calls libcufile through its own declarations (lib/datapath/cufile_abi.hpp); where
 // cufile.h is installed this program only compiles if they match it. Running it is a formality.
 #include <cufile.h>

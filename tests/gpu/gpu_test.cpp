@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // KV caches in CUDA device memory: store from HBM, load back into HBM, compare every byte. The
 // stored bytes are the shared fixture's pattern (tests/fixture/), filled on the host and copied in.
 // Skips visibly (exit 77) where there is no CUDA device; runs for real on the GPU machine.

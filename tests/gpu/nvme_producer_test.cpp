@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The nvme backend's GPU producer (kernels/nvme_producer.cu) writes the same submission queue
 // entries, PRP lists and SGL segments as the CPU producer, from the same builder, and rings the
 // doorbell with the same tail. There is no NVMe controller next to this GPU: host memory

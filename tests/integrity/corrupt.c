@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* corrupt: a damaged, stale or rolled-back pool file never loads wrong bytes with default options. */
 /*
  * Usage: integrity_corrupt [--trials N]   (default 600, what CI runs)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* faults: injected I/O errors, short/lost writes and bit flips end as clean errors or misses. */
 /*
  * Usage: integrity_faults [--all] [--per-site K] [--only PLAN --variant V]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* faultshim.c — LD_PRELOAD shim that injects I/O faults into the calls tutti makes on pool files.
  *
  * Only descriptors opened from a path under $TUTTI_FAULT_PREFIX are touched; everything else

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* integrity.c — shared pieces of the integrity tests (see integrity.h). */
 #define _GNU_SOURCE
 #include "integrity.h"

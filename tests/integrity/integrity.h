@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* integrity.h — what the integrity tests share on top of tests/capi/helpers.h: pool shapes and
  * random KV layouts of one shape, a universe of prompts with shared prefixes that any process
  * can recompute from a seed, block tables, and batches whose loaded bytes are counted against

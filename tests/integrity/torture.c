@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* torture: a child storing and loading is SIGKILLed at random; reopens work, hits load intact. */
 /*
  * Usage: integrity_torture [--kills N] [--kills-per-pool M] [--verbose]

@@ -1,4 +1,5 @@
 #!/bin/busybox sh
+# SPDX-License-Identifier: Apache-2.0
 # /init of the QEMU guest (tests/kmod/run.sh): hand the NVM subsystem's second controller to
 # tutti_kmod (driver_override), load the stock nvme driver (it takes the first) and tutti_kmod,
 # run the tests, unload the module, and report PASS or FAIL through the isa-debug-exit port.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Runs inside the QEMU guest as root (tests/kmod/run.sh): the tutti kernel module's device and
  * ioctls, lease cleanup when a process is killed, pins held against RLIMIT_MEMLOCK, privilege
  * checked at every call that drives a controller, which doorbell pages may be mapped, and the

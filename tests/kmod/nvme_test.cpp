@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runs inside the QEMU guest as root: NVMe queue pairs that tutti_kmod sets up on a controller
 // dedicated to it (the second controller of the NVM subsystem; the first one stays with the
 // stock nvme driver, which keeps the namespace's ext4 mounted). Loads a file's bytes through

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runs inside the QEMU guest: a file on the mounted ext4 of the emulated NVMe namespace, found
 // on the device with FIEMAP and read back with NVMe Read commands through io_uring passthrough
 // (/dev/ngXnY), must equal what the filesystem returns for it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Runs inside the QEMU guest: a tutti pool on the mounted ext4 of the emulated NVMe namespace.
  * A prompt's KV is stored through the filesystem (backend uring), then loaded back layer by
  * layer into other blocks, every byte compared, with each NVMe route: backend passthru (NVMe

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds tutti's kernel module against Debian's kernel headers, boots that kernel in QEMU (TCG,
 # no KVM) with an emulated NVM subsystem of two controllers sharing one namespace that carries an
 # ext4 filesystem: the stock nvme driver takes the first controller (the filesystem is mounted

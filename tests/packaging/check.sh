@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds tutti's packages with CPack from a build directory and checks what they hold: the
 # .deb files (always) and the .rpm files (where rpmbuild exists). The runtime and dev packages
 # are unpacked into a scratch root, and a C program is compiled against them with pkg-config

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Layer checksums (pool format 2): the page hash is XXH3-64 under tutti's secret, the portable
 // reference (which the GPU's warp version follows) equals libxxhash, and the layer sum catches
 // flips, zeroed and swapped pages while pieces of an extent add up to the whole.

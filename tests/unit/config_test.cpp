@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // URIs, sizes and options.
 #include <gtest/gtest.h>
 #include <stdlib.h>

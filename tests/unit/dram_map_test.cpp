@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // touch_mapped: a touch of a mapped file that another process truncated is a failed call, not a
 // SIGBUS that kills the process.
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DramTier on its own: what it keeps, hands back, evicts and forgets.
 #include <gtest/gtest.h>
 

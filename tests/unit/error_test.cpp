@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An Error knows where it was thrown: the line of the check, as a path in the source tree.
 #include <gtest/gtest.h>
 #include <stdlib.h>

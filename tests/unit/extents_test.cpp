@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FIEMAP extents of a file on this machine's filesystem: they cover exactly the bytes asked
 // for, in order; holes and unwritten (fallocated) ranges are refused, never mapped to LBAs.
 #include "nvme/extents.hpp"

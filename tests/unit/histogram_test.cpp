@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Latency histograms: which bucket a sample lands in, at the edges of each.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The index: allocation, LRU eviction, pinning, recovery from records.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Chunk keys: chained, prefix-consistent, salted, stable across runs.
 #include <gtest/gtest.h>
 

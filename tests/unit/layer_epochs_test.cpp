@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Stream-ordered waits read, per layer, the epoch up to which every load batch has landed it:
 // a newer batch's layer is never published while an older batch's is still on its way.
 #include "kernels/layer_epochs.hpp"

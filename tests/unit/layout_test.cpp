@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Object geometry and the block <-> object mapping of the binding.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The NVMe command builder: every field where the NVMe specification puts it, PRP lists that a
 // controller walking them by the specification's rules turns back into the right pages, and
 // SGLs whose descriptors cover the segments exactly.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // lib/nvme/io's planner on made-up bus addresses: where commands end, what their data pointers
 // hold, and that the planned segments cover exactly the pieces' bytes in order.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The plan register_kv settles: refusals before any pool file exists, what auto becomes for the
 // pool it opened, and the layer paths.
 #include <gtest/gtest.h>

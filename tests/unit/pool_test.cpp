@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pool files: creation, fingerprint checks, commit records and their recovery.
 #include <gtest/gtest.h>
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The scheduler's order: loads on their own thread, stores only while no load is in flight,
 // and the store I/O threads' gate (ReadsFirst) knows of every load in flight.
 #include <gtest/gtest.h>

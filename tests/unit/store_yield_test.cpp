@@ -1,6 +1,7 @@
-// A store's layer meets a load that arrives while the layer is being issued: the writes already
-// staged go out and finish, the ones not staged yet wait (ReadsFirst), so the load gets the
-// staging back; once the load lands the rest of the layer follows.
+// SPDX-License-Identifier: Apache-2.0
+// A store's layer meets a load that arrives while the layer is being issued (option
+// store_yield_ms): the writes already staged go out and finish, the ones not staged yet wait
+// (ReadsFirst); once the load lands the rest of the layer follows.
 #include <gtest/gtest.h>
 
 #include <stdlib.h>
@@ -86,7 +87,7 @@ TEST(StoreYield, WritesNotStagedYetWaitForALoadInFlight) {
   po.uris.push_back(PoolUri{std::string(dir) + "/pool", 0});
   po.capacity = 16ull << 20;
   auto pool = Pool::open(po, kv.shape());
-  Staging staging(4 * kv.shape().layer_bytes(), kv.shape().layer_bytes());  // writes may hold 2
+  Staging staging(2 * kv.shape().layer_bytes(), kv.shape().layer_bytes());  // the store's: two buffers
   HeldBackend backend;
   IoCounters counters;
   ReadsFirst reads_first;

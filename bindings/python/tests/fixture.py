@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The fixture of tests/fixture/ (tutti_fixture.h), same formula, for the Python tests: a KV cache
 of fused [2, blocks, bt, heads, dim] tensors per layer, the pattern of a request's rows filled
 into it and checked against it, a runtime on a pool in the test's temporary directory.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """python -m tutti.bench.ttft answers --help and refuses bad arguments anywhere; without a GPU
 and transformers it says so and exits 77 (skipped), instead of failing."""
 import subprocess

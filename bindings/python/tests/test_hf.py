@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tutti inside Hugging Face transformers, on the GPU: a Llama built from a config (random
 weights) computes a prompt's suffix over a prefix that tutti loads layer by layer into its paged
 KV cache, and gets the logits of a full recompute. Skips without transformers or a GPU (CI has

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Layer-wise prefix loading into a real (if small) model: logits computed over a prefix that
 tutti loads layer by layer equal a full recompute of the prompt, with the same weights."""
 import pytest

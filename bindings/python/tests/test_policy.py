@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The load-or-recompute policy on profiles of made-up machines: it loads everything where
 loading hides behind the compute, recomputes where the source is too slow to help, splits where
 the two are close, and never predicts a request slower than a recompute."""

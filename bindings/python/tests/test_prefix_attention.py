@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The split attention over a cached prefix: its causal square and its rectangle over the prefix,
 merged by log-sum-exps, equal one bottom-right causal attention over all keys. The fused kernels
 need a GPU (test_hf.py and `python -m tutti.bench.attention` run them there); here a float64

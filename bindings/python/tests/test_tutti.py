@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Python binding against a real pool: bytes stored are the bytes loaded (the pattern of the
 shared fixture, fixture.py), no copies of token ids or block tables, errors as exceptions. GPU
 tests use torch CUDA tensors where available."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TuttiConnector driven through vLLM's call sequence (tests/vllm_replay.py) over real pools and
 a real paged KV cache in each of vLLM's layouts: what one engine stored, a second engine loads
 layer by layer into other blocks, through partial hits, vLLM's own prefix cache, chunked

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A replay of vLLM's engine around a KV connector: its scheduler's and model runner's calls,
 in vLLM's order, over a real paged KV cache in one of vLLM's layouts (vLLM itself cannot be
 installed here; docs/vllm.md lists which vLLM code this follows).

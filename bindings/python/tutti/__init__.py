@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tutti: SSD-backed KV caches for LLM serving, loaded back layer by layer.
 
 A thin Pythonic layer over the generated module `tutti.tutti_c` (every function of tutti.h).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tutti in Hugging Face transformers (5.x): a Cache whose layer l takes its prefix KV from the
 paged blocks tutti loads into, right after waiting for that layer, and an attention function
 that attends over a cached prefix with a fused kernel.

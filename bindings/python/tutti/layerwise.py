@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Layer-wise prefix loading for a model written in torch.
 
 The engine keeps a paged KV cache (PagedKv: per layer one fused [2, blocks, block_tokens,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tutti's counters and latency histograms as Prometheus metrics: `prometheus_text(rt)` renders the text exposition
 format with no dependency (for a textfile collector or your own HTTP handler); `register(rt)`
 adds a collector to prometheus_client's registry when that package is installed, so the

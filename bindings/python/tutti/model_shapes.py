@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Model shapes the benchmarks build (transformers LlamaConfig fields); importing it needs nothing."""
 from typing import Dict
 

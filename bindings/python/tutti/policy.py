@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Load or recompute: how much of a cached prefix to load, and how much to compute again.
 
 A request of N tokens whose first P are cached can recompute everything, load all P tokens'

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Attention of new tokens over a cached prefix plus themselves, on the GPU's fastest kernels.
 
 The queries are the last q of k positions: query i sees keys 0 .. k - q + i (causal, aligned to

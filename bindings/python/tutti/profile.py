@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Measures this machine for the load-or-recompute policy and saves a profile per source.
 
     python -m tutti.profile --model llama3-8b --tokens 32768 \\

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A Llama-style decoder in plain torch (RMSNorm, rotary positions, grouped-query attention,
 SwiGLU), with random weights from a seed, that keeps its KV in a tutti.layerwise.PagedKv.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The bindings are generated from tutti.h by bindgen when tutti is built (CMake runs it and
 //! names the result in TUTTI_BINDINGS); nothing is written by hand. TUTTI_LIB_DIR is where
 //! libtutti.so is.

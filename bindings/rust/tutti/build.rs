@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Embeds the directory of libtutti.so (from tutti-sys) as an rpath, so tests and programs run
 //! without LD_LIBRARY_PATH.
 fn main() {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Sample: keep a prompt's KV cache in a tutti pool and stream it back layer by layer (Rust).
 //! Opens a pool in a temporary directory, registers a small paged KV cache in host memory,
 //! stores one prompt's KV, looks the prompt up, loads it into other blocks layer by layer and

@@ -1,1 +1,2 @@
+# SPDX-License-Identifier: Apache-2.0
 """Benchmarks that need a model: python -m tutti.bench.ttft --help."""

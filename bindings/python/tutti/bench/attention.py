@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Which kernel attends fastest over a cached prefix on this GPU: one layer's attention of the
 N - P new tokens of an N-token prompt over all N keys, per method of tutti.prefix_attention,
 next to the square causal attention a full recompute runs (`square`).

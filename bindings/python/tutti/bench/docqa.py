@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Long-document QA: many documents, each asked about again later, tutti against recompute.
 
     python -m tutti.bench.docqa --model llama3.2-1b --docs 50x10240,16x65536 \\

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a lookup costs an engine's scheduler: in the process that owns the pool, and from
 another process through the owner's lookup socket (tensor/pipeline parallelism: one per rank).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Time to first token on a Hugging Face Llama (random weights) with its prefix KV from tutti.
 
     python -m tutti.bench.ttft --model llama3-8b --tokens 32768 --prefix 8192,16384,28672 \\

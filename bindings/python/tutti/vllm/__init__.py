@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tutti as a KV connector of vLLM (V1 API).
 
     vllm serve MODEL --kv-transfer-config '{"kv_connector": "TuttiConnector",

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TuttiConnector: tutti behind vLLM's KV connector API (V1).
 
 vLLM builds the class twice: in the engine core with role SCHEDULER (it decides how much of a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM's paged KV cache tensors, seen as tutti's per-layer K and V views.
 
 vLLM hands register_kv_caches one tensor per attention layer, named after the module

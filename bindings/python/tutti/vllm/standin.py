@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What TuttiConnector needs of vLLM's KV connector base, for when vLLM is not installed.
 
 With vLLM importable, TuttiConnector derives from vLLM's own KVConnectorBase_V1 and none of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! tutti: keep prefix KV caches of LLM serving on local NVMe and stream them back into the
 //! engine's paged KV cache layer by layer. A safe API over `tutti-sys` (bindgen, from tutti.h).
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The Rust binding against a real pool: bytes stored are the bytes loaded (the pattern of the
 //! shared fixture, fixture/mod.rs), slices are borrowed, errors carry codes, a runtime is shared
 //! between threads.
