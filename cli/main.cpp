@@ -77,6 +77,12 @@ int main(int argc, char** argv) {
     std::printf("tutti %s\n", tutti_version_string());
     return 0;
   }
+  const bool known = cmd == "info" || cmd == "bench" || cmd == "stats" || cmd == "fsck";
+  for (int i = 2; known && i < argc; ++i)  // `tutti fsck --help`: the usage, which covers each command
+    if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) {
+      print_usage(stdout);
+      return 0;
+    }
   try {
     if (cmd == "info") return cmd_info(argc - 2, argv + 2);
     if (cmd == "bench") return cmd_bench(argc - 2, argv + 2);

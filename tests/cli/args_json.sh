@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The CLI as scripts drive it: info, stats and fsck print one JSON document with --json; every
-# command refuses an argument it does not know (exit 2); info shows where each option's value
+# command refuses an argument it does not know (exit 2) and answers --help; info shows where each option's value
 # comes from and refuses a bad TUTTI_* value; bench --backends takes exactly the names info lists.
 #   args_json.sh TUTTI_CLI POOL   (POOL: a pool of 4 chunks, as cli_fsck_setup leaves it)
 set -euo pipefail
@@ -36,6 +36,10 @@ expect_rc 2 "unknown argument '--bogus'" "$tutti" info --bogus
 expect_rc 2 "unknown option '--bogus'" "$tutti" stats --bogus "$pool"
 expect_rc 2 "unknown option '-x'" "$tutti" fsck -x "$pool"
 expect_rc 2 "is not a tutti pool" "$tutti" fsck "$0"
+for c in info bench stats fsck; do  # --help anywhere after a command: the usage, exit 0
+  "$tutti" $c --help >"$tmp" || { echo "tutti $c --help failed"; exit 1; }
+  grep -q "^usage: tutti" "$tmp" || { echo "tutti $c --help printed no usage"; exit 1; }
+done
 
 "$tutti" stats --json "$pool" | py 'assert d["schema"] == 1 and d["chunks"] == 4 and d["slots"] >= 4 and d["files"][0]["path"]'
 "$tutti" fsck --json "$pool" | py 'assert d["consistent"] and d["chunks_verified"] == 4 and d["problems"] == []'
