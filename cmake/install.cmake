@@ -4,9 +4,9 @@ include(CMakePackageConfigHelpers)
 install(TARGETS tutti EXPORT tuttiTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT dev)
 install(FILES ${PROJECT_SOURCE_DIR}/include/tutti.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev)
-install(TARGETS tutti-cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+install(TARGETS tutti-cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)
 install(FILES ${PROJECT_SOURCE_DIR}/cli/tutti.bash-completion DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions
-  RENAME tutti COMPONENT runtime)
+  RENAME tutti COMPONENT tools)
 install(EXPORT tuttiTargets NAMESPACE tutti:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tutti COMPONENT dev)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/tuttiConfig.cmake.in
   ${PROJECT_BINARY_DIR}/tuttiConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tutti)

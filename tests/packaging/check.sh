@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Builds tutti's packages with CPack from a build directory and checks what they hold: the
-# .deb files (always) and the .rpm files (where rpmbuild exists). The runtime and dev packages
-# are unpacked into a scratch root, and a C program is compiled against them with pkg-config
-# and run: the packages are usable, not just present.
+# .deb files (always; lintian finds neither errors nor warnings where it is installed) and the
+# .rpm files (where rpmbuild exists). The library, dev and tools packages are unpacked into a
+# scratch root, and a C program is compiled against them with pkg-config and run: the packages
+# are usable, not just present.
 #   tests/packaging/check.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -15,7 +16,8 @@ fail() { echo "FAIL $*"; exit 1; }
 (cd "$build" && cpack -G DEB -B "$out" >"$out/cpack-deb.log" 2>&1) || { tail -20 "$out/cpack-deb.log"; fail "cpack -G DEB"; }
 ver=$(sed -n 's/^project(tutti VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")
 major=${ver%%.*}
-for p in "libtutti${major}_${ver}_amd64.deb" "libtutti-dev_${ver}_amd64.deb" "tutti-kmod-dkms_${ver}_all.deb"; do
+debs=("libtutti${major}_${ver}_amd64.deb" "libtutti-dev_${ver}_amd64.deb" "tutti-tools_${ver}_amd64.deb" "tutti-dkms_${ver}_all.deb")
+for p in "${debs[@]}"; do
   [ -f "$out/$p" ] || fail "no $p (made: $(cd "$out" && ls ./*.deb | tr '\n' ' '))"
 done
 echo "ok   debs: $(cd "$out" && ls ./*.deb | xargs -n1 basename | tr '\n' ' ')"
@@ -25,22 +27,35 @@ has() {  # package, path
 }
 libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$build/CMakeCache.txt")  # lib, or lib/<multiarch>
 has "libtutti${major}_${ver}_amd64.deb" "$libdir/libtutti.so.$major"
-has "libtutti${major}_${ver}_amd64.deb" "bin/tutti"
-has "libtutti${major}_${ver}_amd64.deb" "share/bash-completion/completions/tutti"
+has "libtutti${major}_${ver}_amd64.deb" "share/doc/libtutti$major/copyright"
+has "tutti-tools_${ver}_amd64.deb" "bin/tutti"
+has "tutti-tools_${ver}_amd64.deb" "share/bash-completion/completions/tutti"
+has "tutti-tools_${ver}_amd64.deb" "share/man/man1/tutti.1.gz"
+has "libtutti-dev_${ver}_amd64.deb" "share/man/man3/tutti.h.3.gz"
 has "libtutti-dev_${ver}_amd64.deb" "include/tutti.h"
 has "libtutti-dev_${ver}_amd64.deb" "$libdir/pkgconfig/tutti.pc"
 has "libtutti-dev_${ver}_amd64.deb" "$libdir/cmake/tutti/tuttiConfig.cmake"
-has "tutti-kmod-dkms_${ver}_all.deb" "src/tutti-kmod-$ver/dkms.conf"
-has "tutti-kmod-dkms_${ver}_all.deb" "src/tutti-kmod-$ver/uapi/tutti_kmod.h"
+has "tutti-dkms_${ver}_all.deb" "src/tutti-$ver/dkms.conf"
+has "tutti-dkms_${ver}_all.deb" "src/tutti-$ver/uapi/tutti_kmod.h"
 deps=$(dpkg-deb -f "$out/libtutti${major}_${ver}_amd64.deb" Depends)
 echo "$deps" | grep -q liburing || fail "libtutti$major does not depend on liburing: '$deps'"
 dpkg-deb -f "$out/libtutti-dev_${ver}_amd64.deb" Depends | grep -q "libtutti$major (= $ver)" || fail "libtutti-dev's Depends"
-dpkg-deb -f "$out/tutti-kmod-dkms_${ver}_all.deb" Depends | grep -q dkms || fail "tutti-kmod-dkms's Depends"
+dpkg-deb -f "$out/tutti-dkms_${ver}_all.deb" Depends | grep -q dkms || fail "tutti-dkms's Depends"
+dpkg-deb --ctrl-tarfile "$out/libtutti${major}_${ver}_amd64.deb" | tar -t | grep -q symbols || fail "libtutti$major has no symbols file"
 echo "ok   contents and dependencies (libtutti$major: $deps)"
+if command -v lintian >/dev/null; then
+  for p in "${debs[@]}"; do
+    lintian --fail-on error,warning "$out/$p" 2>&1 | grep -v "running with root privileges" >"$out/$p.lintian" || true
+    lintian --fail-on error,warning "$out/$p" >/dev/null 2>&1 || { cat "$out/$p.lintian"; fail "lintian on $p"; }
+  done
+  echo "ok   lintian: no errors, no warnings"
+else
+  echo "skip lintian is not installed here (Debian: apt-get install lintian)"
+fi
 
 # Unpacked into a scratch root, the packages build and run a program.
 root=$out/root
-for p in "$out"/libtutti*.deb; do dpkg-deb -x "$p" "$root"; done
+for p in "$out"/libtutti*.deb "$out"/tutti-tools*.deb; do dpkg-deb -x "$p" "$root"; done
 cat >"$out/hello.c" <<'C'
 #include <stdio.h>
 #include <tutti.h>
@@ -59,8 +74,8 @@ echo "ok   a program built with pkg-config against the unpacked packages runs: $
 # The DKMS source package is complete: its sources build the module the way dkms.conf says.
 kver=$(ls /lib/modules 2>/dev/null | sort -V | tail -1)
 if [ -n "$kver" ] && [ -d "/lib/modules/$kver/build" ]; then
-  dpkg-deb -x "$out/tutti-kmod-dkms_${ver}_all.deb" "$out/kmod-root"
-  ksrc=$out/kmod-root/usr/src/tutti-kmod-$ver
+  dpkg-deb -x "$out/tutti-dkms_${ver}_all.deb" "$out/kmod-root"
+  ksrc=$out/kmod-root/usr/src/tutti-$ver
   make -s -C "/lib/modules/$kver/build" M="$ksrc" modules 2>&1 | grep -v "Skipping BTF" || true
   [ -f "$ksrc/tutti_kmod.ko" ] || fail "the packaged module source does not build against $kver"
   grep -q 'BUILT_MODULE_NAME\[0\]="tutti_kmod"' "$ksrc/dkms.conf" || fail "dkms.conf names another module"
@@ -71,7 +86,7 @@ fi
 
 if command -v rpmbuild >/dev/null; then
   (cd "$build" && cpack -G RPM -B "$out" >"$out/cpack-rpm.log" 2>&1) || { tail -20 "$out/cpack-rpm.log"; fail "cpack -G RPM"; }
-  for p in libtutti libtutti-devel tutti-kmod-dkms; do
+  for p in libtutti libtutti-devel tutti-tools tutti-dkms; do
     f=$(ls "$out"/$p-"$ver"-*.rpm 2>/dev/null | head -1)
     [ -n "$f" ] || fail "no $p rpm"
   done
@@ -79,10 +94,10 @@ if command -v rpmbuild >/dev/null; then
     rpm -qlp "$out/$1"-"$ver"-*.rpm >"$out/$1.rpmlist" 2>/dev/null
     grep -q "$2" "$out/$1.rpmlist" || fail "$1 rpm lacks $2"
   }
-  rpmhas libtutti /usr/bin/tutti
+  rpmhas tutti-tools /usr/bin/tutti
   rpmhas libtutti "libtutti.so.$major"
   rpmhas libtutti-devel /usr/include/tutti.h
-  rpmhas tutti-kmod-dkms dkms.conf
+  rpmhas tutti-dkms dkms.conf
   echo "ok   rpms: $(cd "$out" && ls ./*.rpm | xargs -n1 basename | tr '\n' ' ')"
 else
   echo "skip rpmbuild is not installed here: no RPMs (Debian: apt-get install rpm)"
