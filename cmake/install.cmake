@@ -17,3 +17,16 @@ file(RELATIVE_PATH TUTTI_PC_TO_PREFIX /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)  
 string(REGEX REPLACE "/$" "" TUTTI_PC_TO_PREFIX "${TUTTI_PC_TO_PREFIX}")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/tutti.pc.in ${PROJECT_BINARY_DIR}/tutti.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/tutti.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
+# The build tree as pkg-config sees it (PKG_CONFIG_PATH=<build>/pkgconfig): pkg-config prefers
+# tutti-uninstalled.pc there, so the Go and Rust bindings build against this tree the way
+# they build against an installed libtutti-dev.
+file(GENERATE OUTPUT ${PROJECT_BINARY_DIR}/pkgconfig/tutti-uninstalled.pc CONTENT
+"libdir=$<TARGET_FILE_DIR:tutti>
+includedir=${PROJECT_SOURCE_DIR}/include
+
+Name: tutti
+Description: ${PROJECT_DESCRIPTION} (build tree)
+Version: ${PROJECT_VERSION}
+Libs: -L\${libdir} -Wl,-rpath,\${libdir} -ltutti
+Cflags: -I\${includedir}
+")

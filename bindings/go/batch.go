@@ -120,7 +120,7 @@ func (b *Batch) WaitLayerAsync(layer int, stream uintptr) error {
 		return err
 	}
 	return locked(func() C.int {
-		return C.tutti_batch_wait_layer_async(h, C.uint32_t(layer), unsafe.Pointer(stream)) //nolint:govet // not Go memory
+		return C.tutti_batch_wait_layer_async(h, C.uint32_t(layer), foreign(stream))
 	})
 }
 
@@ -132,7 +132,7 @@ func (b *Batch) LayerReady(layer int, stream uintptr) error {
 		return err
 	}
 	return locked(func() C.int {
-		return C.tutti_batch_layer_ready(h, C.uint32_t(layer), unsafe.Pointer(stream)) //nolint:govet // not Go memory
+		return C.tutti_batch_layer_ready(h, C.uint32_t(layer), foreign(stream))
 	})
 }
 

