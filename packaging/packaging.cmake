@@ -5,6 +5,7 @@
 #   libtutti-dev / libtutti-devel   tutti.h, the .so link, pkg-config and CMake files, tutti.h(3)
 #   tutti-tools                     the tutti tool (static), its bash completion, tutti(1)
 #   tutti-dkms                      the kernel module's source, built by DKMS for each kernel
+#   python3-tutti                   the tutti Python package (where the Python binding is built)
 # Each deb carries its copyright and changelog; libtutti0 its shlibs and symbols files and an
 # ldconfig trigger. tests/packaging/check.sh builds them, runs lintian and checks what they hold.
 set(TUTTI_PACKAGE_CONTACT "tutti developers <maintainers@tutti.invalid>" CACHE STRING
@@ -60,14 +61,21 @@ install(FILES ${_ctl}/runtime/lintian-overrides DESTINATION ${CMAKE_INSTALL_DATA
 configure_file(${CMAKE_CURRENT_LIST_DIR}/changelog.in ${_ctl}/changelog @ONLY)
 find_program(GZIP_EXECUTABLE gzip REQUIRED)
 execute_process(COMMAND ${GZIP_EXECUTABLE} -9nf ${_ctl}/changelog)
-foreach(comp IN ITEMS runtime dev tools kmod)
+set(_components runtime dev tools kmod)
+if(TARGET tutti_python)
+  list(APPEND _components python)
+endif()
+foreach(comp IN LISTS _components)
   set(_pkg_runtime libtutti${PROJECT_VERSION_MAJOR})
   set(_pkg_dev libtutti-dev)
   set(_pkg_tools tutti-tools)
   set(_pkg_kmod tutti-dkms)
+  set(_pkg_python python3-tutti)
   install(FILES ${CMAKE_CURRENT_LIST_DIR}/copyright ${_ctl}/changelog.gz
           DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${_pkg_${comp}} COMPONENT ${comp})
 endforeach()
+# The SWIG interface, for users who build their own bindings.
+install(FILES ${PROJECT_SOURCE_DIR}/bindings/python/tutti_c.i DESTINATION ${CMAKE_INSTALL_DATADIR}/tutti COMPONENT dev)
 find_program(SCDOC_EXECUTABLE scdoc DOC "scdoc, which renders the man pages (Debian: scdoc)")
 if(SCDOC_EXECUTABLE)
   set(_pages "")
@@ -93,7 +101,7 @@ set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "${PROJECT_DESCRIPTION}")
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES ON)  # debug info stays in the build tree
-set(CPACK_COMPONENTS_ALL runtime dev tools kmod)
+set(CPACK_COMPONENTS_ALL ${_components})
 set(CPACK_DEBIAN_RUNTIME_DESCRIPTION "SSD-backed KV cache runtime for LLM serving - shared library
 tutti keeps the prefix KV caches of long-context LLM serving on local NVMe and
 streams them back into a serving engine's paged KV cache layer by layer.
@@ -110,6 +118,11 @@ set(CPACK_DEBIAN_KMOD_DESCRIPTION "NVMe queues for tutti in user space - DKMS so
 tutti_kmod gives tutti's nvme backend NVMe queue pairs of a controller that an
 operator dedicates to it. This package holds the module's source, which DKMS
 builds for every installed kernel.")
+set(CPACK_DEBIAN_PYTHON_DESCRIPTION "SSD-backed KV cache runtime for LLM serving - Python 3 package
+tutti keeps the prefix KV caches of long-context LLM serving on local NVMe and
+streams them back into a serving engine's paged KV cache layer by layer.
+This package holds the tutti Python package: the runtime's API, layer-wise
+loads into torch models, and the vLLM connector.")
 # (tutti-tools needs no libtutti0: the tool links tutti's core statically, as it reads what
 # the C ABI does not export: option sources, pool records.)
 
@@ -121,6 +134,7 @@ set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME libtutti${PROJECT_VERSION_MAJOR})
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libtutti-dev)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME tutti-tools)
 set(CPACK_DEBIAN_KMOD_PACKAGE_NAME tutti-dkms)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-tutti)
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_SHLIBDEPS ON)  # liburing, libxxhash, libc, libstdc++ as dpkg-shlibdeps finds them
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
@@ -129,6 +143,17 @@ set(CPACK_DEBIAN_RUNTIME_PACKAGE_SECTION libs)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION utils)
 set(CPACK_DEBIAN_KMOD_PACKAGE_SECTION kernel)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
+# The module is built for one Python and links libtutti0, which dpkg-shlibdeps cannot see
+# before it is installed: the dependencies are written out.
+if(TUTTI_PYTHON_VERSION)
+  string(REPLACE "." ";" _py "${TUTTI_PYTHON_VERSION}")
+  list(GET _py 0 _py_major)
+  list(GET _py 1 _py_minor)
+  math(EXPR _py_next "${_py_minor} + 1")
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS "libc6 (>= 2.34), libtutti${PROJECT_VERSION_MAJOR} (>= ${PROJECT_VERSION}), \
+python3 (>= ${_py_major}.${_py_minor}~), python3 (<< ${_py_major}.${_py_next})")
+endif()
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libtutti${PROJECT_VERSION_MAJOR} (= ${PROJECT_VERSION})")
 set(CPACK_DEBIAN_KMOD_PACKAGE_DEPENDS "dkms")
 set(CPACK_DEBIAN_KMOD_PACKAGE_ARCHITECTURE all)
@@ -146,6 +171,7 @@ set(CPACK_RPM_RUNTIME_PACKAGE_NAME libtutti)
 set(CPACK_RPM_DEV_PACKAGE_NAME libtutti-devel)
 set(CPACK_RPM_TOOLS_PACKAGE_NAME tutti-tools)
 set(CPACK_RPM_KMOD_PACKAGE_NAME tutti-dkms)
+set(CPACK_RPM_PYTHON_PACKAGE_NAME python3-tutti)
 set(CPACK_RPM_DEV_PACKAGE_REQUIRES "libtutti = ${PROJECT_VERSION}")
 set(CPACK_RPM_KMOD_PACKAGE_REQUIRES "dkms")
 set(CPACK_RPM_KMOD_PACKAGE_ARCHITECTURE noarch)

@@ -17,6 +17,8 @@ fail() { echo "FAIL $*"; exit 1; }
 ver=$(sed -n 's/^project(tutti VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")
 major=${ver%%.*}
 debs=("libtutti${major}_${ver}_amd64.deb" "libtutti-dev_${ver}_amd64.deb" "tutti-tools_${ver}_amd64.deb" "tutti-dkms_${ver}_all.deb")
+python=""  # python3-tutti, where the build has the Python binding
+if grep -q "^TUTTI_PYTHON_VERSION:INTERNAL=" "$build/CMakeCache.txt"; then python="python3-tutti_${ver}_amd64.deb"; debs+=("$python"); fi
 for p in "${debs[@]}"; do
   [ -f "$out/$p" ] || fail "no $p (made: $(cd "$out" && ls ./*.deb | tr '\n' ' '))"
 done
@@ -32,6 +34,8 @@ has "tutti-tools_${ver}_amd64.deb" "bin/tutti"
 has "tutti-tools_${ver}_amd64.deb" "share/bash-completion/completions/tutti"
 has "tutti-tools_${ver}_amd64.deb" "share/man/man1/tutti.1.gz"
 has "libtutti-dev_${ver}_amd64.deb" "share/man/man3/tutti.h.3.gz"
+has "libtutti-dev_${ver}_amd64.deb" "share/tutti/tutti_c.i"
+[ -z "$python" ] || has "$python" "lib/python3/dist-packages/tutti/__init__.py"
 has "libtutti-dev_${ver}_amd64.deb" "include/tutti.h"
 has "libtutti-dev_${ver}_amd64.deb" "$libdir/pkgconfig/tutti.pc"
 has "libtutti-dev_${ver}_amd64.deb" "$libdir/cmake/tutti/tuttiConfig.cmake"
@@ -55,7 +59,7 @@ fi
 
 # Unpacked into a scratch root, the packages build and run a program.
 root=$out/root
-for p in "$out"/libtutti*.deb "$out"/tutti-tools*.deb; do dpkg-deb -x "$p" "$root"; done
+for p in "$out"/libtutti*.deb "$out"/tutti-tools*.deb "$out"/python3-tutti*.deb; do [ -e "$p" ] && dpkg-deb -x "$p" "$root"; done
 cat >"$out/hello.c" <<'C'
 #include <stdio.h>
 #include <tutti.h>
@@ -70,6 +74,13 @@ got=$(LD_LIBRARY_PATH=$root/usr/$libdir "$out/hello") || fail "run against the p
 [ "$got" = "$ver" ] || fail "the packaged library says version '$got', not $ver"
 LD_LIBRARY_PATH=$root/usr/$libdir "$root/usr/bin/tutti" --version | grep -q "$ver" || fail "packaged tutti --version"
 echo "ok   a program built with pkg-config against the unpacked packages runs: $got"
+if [ -n "$python" ]; then  # the interpreter the module was built for (the cache names it)
+  py=$(sed -n 's/^_\?Python3_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt" | head -1)
+  got=$(cd "$out" && PYTHONPATH=$root/usr/lib/python3/dist-packages LD_LIBRARY_PATH=$root/usr/$libdir \
+        "${py:-python3}" -c 'import tutti; print(tutti.version())') || fail "import tutti from the unpacked python3-tutti"
+  [ "$got" = "$ver" ] || fail "the packaged Python module says version '$got', not $ver"
+  echo "ok   import tutti from the unpacked python3-tutti: $got"
+fi
 
 # The DKMS source package is complete: its sources build the module the way dkms.conf says.
 kver=$(ls /lib/modules 2>/dev/null | sort -V | tail -1)
