@@ -82,6 +82,43 @@ if [ -n "$python" ]; then  # the interpreter the module was built for (the cache
   echo "ok   import tutti from the unpacked python3-tutti: $got"
 fi
 
+# Every sample, built the way a user builds it against the installed packages (here unpacked:
+# pkg-config and CMake find them through the relocatable tutti.pc and tuttiConfig.cmake).
+export LD_LIBRARY_PATH=$root/usr/$libdir
+gcc -o "$out/sample_c" "$src/samples/c/roundtrip.c" $(pkg-config --cflags --libs tutti) && "$out/sample_c" >/dev/null ||
+  fail "the C sample against the packages"
+g++ -std=c++20 -o "$out/sample_cpp" "$src/samples/cpp/roundtrip.cpp" $(pkg-config --cflags --libs tutti) &&
+  "$out/sample_cpp" >/dev/null || fail "the C++ sample against the packages"
+mkdir -p "$out/cmake-user"
+cat >"$out/cmake-user/CMakeLists.txt" <<CM
+cmake_minimum_required(VERSION 3.22)
+project(user C)
+find_package(tutti $ver REQUIRED)
+add_executable(sample_c $src/samples/c/roundtrip.c)
+target_link_libraries(sample_c PRIVATE tutti::tutti)
+CM
+{ cmake -S "$out/cmake-user" -B "$out/cmake-user/build" -DCMAKE_PREFIX_PATH="$root/usr" >/dev/null &&
+  cmake --build "$out/cmake-user/build" >/dev/null && "$out/cmake-user/build/sample_c" >/dev/null; } ||
+  fail "the C sample through find_package(tutti) against the packages"
+samples="c, c++, c through CMake"
+if [ -n "$python" ]; then
+  PYTHONPATH=$root/usr/lib/python3/dist-packages "${py:-python3}" "$src/samples/python/roundtrip.py" >/dev/null ||
+    fail "the Python sample against the packages"
+  samples+=", python"
+fi
+if command -v go >/dev/null; then
+  (cd "$src/samples/go" && GOFLAGS=-mod=mod GOPROXY=off GOCACHE=$out/go-cache GOPATH=$out/go-path go run . >/dev/null) ||
+    fail "the Go sample (#cgo pkg-config: tutti) against the packages"
+  samples+=", go"
+fi
+if command -v cargo >/dev/null && command -v bindgen >/dev/null; then  # tutti-sys runs bindgen on the packaged header
+  (cd "$src/samples/rust" && CARGO_TARGET_DIR=$out/cargo cargo run --offline --locked --quiet >/dev/null 2>"$out/cargo.log") ||
+    { cat "$out/cargo.log"; fail "the Rust sample (tutti-sys through pkg-config) against the packages"; }
+  samples+=", rust"
+fi
+unset LD_LIBRARY_PATH
+echo "ok   samples built and run against the unpacked packages: $samples"
+
 # The DKMS source package is complete: its sources build the module the way dkms.conf says.
 kver=$(ls /lib/modules 2>/dev/null | sort -V | tail -1)
 if [ -n "$kver" ] && [ -d "/lib/modules/$kver/build" ]; then
