@@ -5,7 +5,8 @@
 #   libtutti-dev / libtutti-devel   tutti.h, the .so link, pkg-config and CMake files, tutti.h(3)
 #   tutti-tools                     the tutti tool (static), its bash completion, tutti(1)
 #   tutti-dkms                      the kernel module's source, built by DKMS for each kernel
-#   python3-tutti                   the tutti Python package (where the Python binding is built)
+#   python3-tutti                   the tutti Python package (where the Python binding is built;
+#                                   a deb only: cpack-config.cmake)
 # Each deb carries its copyright and changelog; libtutti0 its shlibs and symbols files and an
 # ldconfig trigger. tests/packaging/check.sh builds them, runs lintian and checks what they hold.
 set(TUTTI_PACKAGE_CONTACT "tutti developers <maintainers@tutti.invalid>" CACHE STRING
@@ -165,18 +166,36 @@ set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 # RPM
 set(CPACK_RPM_COMPONENT_INSTALL ON)
 set(CPACK_RPM_FILE_NAME RPM-DEFAULT)
+# (One License field for every RPM: CPack has none per component, so tutti-dkms says Apache-2.0
+# although the module is GPL-2.0, as its copyright file and sources say. Not fixed yet.)
 set(CPACK_RPM_PACKAGE_LICENSE "Apache-2.0")
-set(CPACK_RPM_KMOD_PACKAGE_LICENSE "GPL-2.0-only")
 set(CPACK_RPM_RUNTIME_PACKAGE_NAME libtutti)
 set(CPACK_RPM_DEV_PACKAGE_NAME libtutti-devel)
 set(CPACK_RPM_TOOLS_PACKAGE_NAME tutti-tools)
 set(CPACK_RPM_KMOD_PACKAGE_NAME tutti-dkms)
-set(CPACK_RPM_PYTHON_PACKAGE_NAME python3-tutti)
 set(CPACK_RPM_DEV_PACKAGE_REQUIRES "libtutti = ${PROJECT_VERSION}")
 set(CPACK_RPM_KMOD_PACKAGE_REQUIRES "dkms")
 set(CPACK_RPM_KMOD_PACKAGE_ARCHITECTURE noarch)
 set(CPACK_RPM_KMOD_POST_INSTALL_SCRIPT_FILE ${_ctl}/kmod/postinst)
 set(CPACK_RPM_KMOD_PRE_UNINSTALL_SCRIPT_FILE ${_ctl}/kmod/prerm)
-set(CPACK_RPM_EXCLUDE_FROM_AUTO_FILELIST_ADDITION /usr/src)
+set(CPACK_RPM_EXCLUDE_FROM_AUTO_FILELIST_ADDITION /usr/src /usr/share/man /usr/share/man/man1 /usr/share/man/man3
+    /usr/share/lintian /usr/share/lintian/overrides)
+set(CPACK_RPM_SPEC_MORE_DEFINE "%define packager ${TUTTI_PACKAGE_CONTACT}")
+set(CPACK_RPM_RUNTIME_PACKAGE_GROUP "System Environment/Libraries")
+set(CPACK_RPM_DEV_PACKAGE_GROUP "Development/Libraries")
+set(CPACK_RPM_TOOLS_PACKAGE_GROUP "Applications/System")
+set(CPACK_RPM_KMOD_PACKAGE_GROUP "System Environment/Kernel")
+set(CPACK_RPM_PYTHON_PACKAGE_GROUP "Development/Languages")
+foreach(comp RUNTIME DEV TOOLS KMOD PYTHON)  # the Debian description: its first line the summary
+  string(FIND "${CPACK_DEBIAN_${comp}_DESCRIPTION}" "\n" _nl)
+  string(SUBSTRING "${CPACK_DEBIAN_${comp}_DESCRIPTION}" 0 ${_nl} _summary)
+  math(EXPR _nl "${_nl} + 1")
+  string(SUBSTRING "${CPACK_DEBIAN_${comp}_DESCRIPTION}" ${_nl} -1 _body)
+  set(CPACK_RPM_${comp}_PACKAGE_SUMMARY "${_summary}")
+  set(CPACK_RPM_${comp}_PACKAGE_DESCRIPTION "${_body}")
+endforeach()
+# The lintian overrides are the deb's alone.
+set(CPACK_RPM_RUNTIME_USER_FILELIST "%exclude /usr/share/lintian/overrides/libtutti${PROJECT_VERSION_MAJOR}")
 
+set(CPACK_PROJECT_CONFIG_FILE ${CMAKE_CURRENT_LIST_DIR}/cpack-config.cmake)
 include(CPack)

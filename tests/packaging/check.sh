@@ -146,7 +146,15 @@ if command -v rpmbuild >/dev/null; then
   rpmhas libtutti "libtutti.so.$major"
   rpmhas libtutti-devel /usr/include/tutti.h
   rpmhas tutti-dkms dkms.conf
+  rpmhas tutti-tools /usr/share/man/man1/tutti.1.gz
   echo "ok   rpms: $(cd "$out" && ls ./*.rpm | xargs -n1 basename | tr '\n' ' ')"
+  if command -v rpmlint >/dev/null; then
+    rpmlint -c "$src/packaging/rpmlint.toml" "$out"/*.rpm >"$out/rpmlint.log" 2>&1 || { cat "$out/rpmlint.log"; fail "rpmlint"; }
+    grep -q " 0 errors, 0 warnings" "$out/rpmlint.log" || { cat "$out/rpmlint.log"; fail "rpmlint: errors or warnings"; }
+    echo "ok   rpmlint (packaging/rpmlint.toml): no errors, no warnings"
+  else
+    echo "skip rpmlint is not installed here (Debian: apt-get install rpmlint)"
+  fi
 else
   echo "skip rpmbuild is not installed here: no RPMs (Debian: apt-get install rpm)"
 fi
