@@ -156,10 +156,13 @@ int cmd_bench(int argc, char** argv) {
   }
 
   bool all_ok = true;
+  print.plan(runs.size() * (2 + 3 * size_t{a.repeat}));  // raw write, store; raw read, load, verify each
   for (size_t i = 0; i < runs.size(); ++i) {
-    print.progress("[" + std::to_string(i + 1) + "/" + std::to_string(runs.size()) + "]");
+    print.begin_run("[" + std::to_string(i + 1) + "/" + std::to_string(runs.size()) + "] " + runs[i].first + " " +
+                    runs[i].second);
     RawFigures raw;
     RunResult r = run_once(a, print, kv, runs[i].first, runs[i].second, &raw);
+    if (r.rc) print.end_run(r.unsupported.empty() ? "failed" : "cannot run here");
     if (r.rc && !r.unsupported.empty() && !a.backends_given) {
       std::fprintf(stderr, "tutti bench: skipping %s: it cannot run here\n", runs[i].first.c_str());
       continue;  // a default backend that this machine lacks

@@ -62,7 +62,7 @@ RunResult run_once(const BenchArgs& a, const Printer& print, KvCache& kv, const 
   Geometry g(shape, 1, chunks + 1);
   out.data_offset = g.data_offset();
   out.data_bytes = chunks * shape.slot_bytes();
-  print.progress("  " + backend + " " + io_mode + ": raw write...");
+  print.step("raw write");
   raw_bandwidth(out.path, out.data_offset, out.data_bytes, true);
   raw->write = raw_bandwidth(out.path, out.data_offset, out.data_bytes, true, &raw->threads);
   raw->bytes = out.data_bytes;
@@ -130,7 +130,7 @@ RunResult run_once(const BenchArgs& a, const Printer& print, KvCache& kv, const 
   };
 
   kv.fill();
-  print.progress(" store...");
+  print.step("store");
   if ((out.rc = run_batch(TUTTI_OP_STORE, out.store))) {
     tutti_runtime_close(rt);
     return out;
@@ -143,9 +143,9 @@ RunResult run_once(const BenchArgs& a, const Printer& print, KvCache& kv, const 
   out.load.verified = true;
   for (unsigned rep = 0; rep < a.repeat; ++rep) {
     kv.clear();
-    print.progress(" raw read...");
+    print.step("raw read " + std::to_string(rep + 1) + "/" + std::to_string(a.repeat));
     raws.push_back(raw_bandwidth(out.path, out.data_offset, out.data_bytes, false));
-    print.progress(" load...");
+    print.step("load " + std::to_string(rep + 1) + "/" + std::to_string(a.repeat));
     size_t hit = 0;
     tutti_lookup(rt, reqs[0].tokens, reqs[0].num_tokens, nullptr, 0, &hit);
     Row row;
@@ -154,7 +154,7 @@ RunResult run_once(const BenchArgs& a, const Printer& print, KvCache& kv, const 
       return out;
     }
     loads.push_back(row);
-    print.progress(" verify...");
+    print.step("verify " + std::to_string(rep + 1) + "/" + std::to_string(a.repeat));
     out.load.verified = out.load.verified && hit == (per / a.chunk_tokens) * a.chunk_tokens && kv.verify();
   }
   std::sort(raws.begin(), raws.end());
@@ -166,7 +166,7 @@ RunResult run_once(const BenchArgs& a, const Printer& print, KvCache& kv, const 
   out.store.verified = out.load.verified;  // a store is verified by the loads that follow
   out.store.direct = out.load.direct = std::string(io_mode) == "object" && a.direct != "off" &&
                                        KvBinding(layout, a.chunk_tokens).direct_capable();
-  print.progress(out.load.verified ? " ok\n" : " MISMATCH\n");
+  print.end_run(out.load.verified ? "ok" : "MISMATCH");
   tutti_runtime_close(rt);
   return out;
 }

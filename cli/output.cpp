@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "output.hpp"
 
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 
@@ -41,10 +45,71 @@ void Printer::row(const Row& r) const {
   std::fflush(stdout);
 }
 
-void Printer::progress(const std::string& s) const {
+namespace {
+
+bool g_line_open = false;  // a progress line on stderr waits for its end
+
+bool on_terminal() {
+  static const bool tty = ::isatty(STDERR_FILENO) == 1;
+  return tty;
+}
+
+double now_s() {
+  timespec t;
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+}  // namespace
+
+void Printer::plan(size_t steps) const {
+  steps_ = steps, done_ = 0, start_ = now_s();
+}
+
+void Printer::begin_run(const std::string& label) const {
+  run_ = label;
   if (quiet) return;
-  std::fputs(s.c_str(), stderr);
+  if (on_terminal()) {
+    draw("starting");
+  } else {
+    std::fprintf(stderr, "%s:", label.c_str());
+    g_line_open = true;
+  }
   std::fflush(stderr);
+}
+
+void Printer::step(const std::string& what) const {
+  if (!quiet) {
+    if (on_terminal())
+      draw(what);
+    else
+      std::fprintf(stderr, " %s...", what.c_str());
+    std::fflush(stderr);
+  }
+  ++done_;
+}
+
+void Printer::end_run(const std::string& outcome) const {
+  if (quiet) return;
+  if (on_terminal()) std::fputs("\r\033[K", stderr);
+  std::fprintf(stderr, on_terminal() ? "%s: %s\n" : " %s\n", on_terminal() ? run_.c_str() : outcome.c_str(),
+               outcome.c_str());
+  g_line_open = false;
+  std::fflush(stderr);
+}
+
+void Printer::draw(const std::string& what) const {
+  constexpr int kWidth = 24;
+  const double frac = steps_ ? std::min(1.0, static_cast<double>(done_) / static_cast<double>(steps_)) : 0;
+  std::string bar(static_cast<size_t>(frac * kWidth), '#');
+  bar.resize(kWidth, '.');
+  char eta[32] = "";
+  if (done_ > 0 && frac < 1) {
+    const auto left = static_cast<long>((now_s() - start_) / static_cast<double>(done_) * static_cast<double>(steps_ - done_));
+    std::snprintf(eta, sizeof eta, "  ETA %ld:%02ld", left / 60, left % 60);
+  }
+  std::fprintf(stderr, "\r\033[K[%s] %3.0f%%%s  %s: %s", bar.c_str(), frac * 100, eta, run_.c_str(), what.c_str());
+  g_line_open = true;
 }
 
 std::string json_string(const std::string& s) {
@@ -65,6 +130,8 @@ std::string json_string(const std::string& s) {
 }
 
 int call_failed(const char* what, int rc) {
+  if (g_line_open) std::fputc('\n', stderr);  // below the progress line, not inside it
+  g_line_open = false;
   std::fprintf(stderr, "tutti: %s: %s (%s)\n", what, tutti_strerror(rc), tutti_last_error());
   return 2;
 }

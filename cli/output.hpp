@@ -23,6 +23,9 @@ struct Row {
 };
 
 struct Printer {
+  Printer(bool json, bool quiet, const char* model, const char* memory, size_t tokens)
+      : json(json), quiet(quiet), model(model), memory(memory), tokens(tokens) {}
+
   bool json = false;   // --json
   bool quiet = false;  // --quiet: no progress
   // What every JSON row repeats about the run.
@@ -32,7 +35,20 @@ struct Printer {
 
   void header() const;  // the table's column names; nothing for JSON
   void row(const Row& r) const;
-  void progress(const std::string& s) const;
+
+  // Progress on stderr: on a terminal one line redrawn in place, with a bar, the percent done
+  // and the time left (from the pace so far, over `steps` of the whole command); piped, plain
+  // words that end each run's line. Nothing with --quiet.
+  void plan(size_t steps) const;
+  void begin_run(const std::string& label) const;  // "[2/3] posix object"
+  void step(const std::string& what) const;         // "load 2/3"
+  void end_run(const std::string& outcome) const;   // "ok", "MISMATCH", "failed"
+
+ private:
+  void draw(const std::string& what) const;
+  mutable size_t steps_ = 0, done_ = 0;
+  mutable double start_ = 0;
+  mutable std::string run_;
 };
 
 // s as a JSON string literal, quotes included.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The CLI as scripts drive it: info, stats and fsck print one JSON document with --json; every
-# command refuses an argument it does not know (exit 2) and answers --help; info shows where each option's value
+# command refuses an argument it does not know (exit 2) and answers --help; bench shows its
+# progress as a bar on a terminal and as words when piped; info shows where each option's value
 # comes from and refuses a bad TUTTI_* value; bench --backends takes exactly the names info lists.
 #   args_json.sh TUTTI_CLI POOL   (POOL: a pool of 4 chunks, as cli_fsck_setup leaves it)
 set -euo pipefail
@@ -36,6 +37,18 @@ expect_rc 2 "unknown argument '--bogus'" "$tutti" info --bogus
 expect_rc 2 "unknown option '--bogus'" "$tutti" stats --bogus "$pool"
 expect_rc 2 "unknown option '-x'" "$tutti" fsck -x "$pool"
 expect_rc 2 "is not a tutti pool" "$tutti" fsck "$0"
+# bench's progress: plain words per run when stderr is not a terminal; on one (script(1) gives
+# it a pseudo-terminal), a bar redrawn in place with the percent done and the time left.
+bench=("$tutti" bench --model tiny --tokens 2048 --repeat 2 --backends posix --no-baseline --pool "$tmp.pool")
+"${bench[@]}" 2>"$tmp" >/dev/null
+grep -q '^\[1/1\] posix object: raw write\.\.\. store\.\.\. .* verify 2/2\.\.\. ok$' "$tmp" || { echo "piped progress:"; cat "$tmp"; exit 1; }
+if command -v script >/dev/null; then
+  script -qec "${bench[*]} >/dev/null" /dev/null >"$tmp" 2>&1 || { echo "bench on a terminal failed"; cat "$tmp"; exit 1; }
+  grep -aq '\] *[0-9]*%  ETA [0-9]*:[0-9][0-9]  \[1/1\] posix object: load 2/2' "$tmp" || { echo "no bar with ETA:"; cat -v "$tmp"; exit 1; }
+  grep -aq '\[1/1\] posix object: ok' "$tmp" || { echo "no final line on the terminal:"; cat -v "$tmp"; exit 1; }
+fi
+rm -f "$tmp.pool"
+
 for c in info bench stats fsck; do  # --help anywhere after a command: the usage, exit 0
   "$tutti" $c --help >"$tmp" || { echo "tutti $c --help failed"; exit 1; }
   grep -q "^usage: tutti" "$tmp" || { echo "tutti $c --help printed no usage"; exit 1; }
