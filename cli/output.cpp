@@ -91,9 +91,10 @@ void Printer::step(const std::string& what) const {
 
 void Printer::end_run(const std::string& outcome) const {
   if (quiet) return;
-  if (on_terminal()) std::fputs("\r\033[K", stderr);
-  std::fprintf(stderr, on_terminal() ? "%s: %s\n" : " %s\n", on_terminal() ? run_.c_str() : outcome.c_str(),
-               outcome.c_str());
+  if (on_terminal())
+    std::fprintf(stderr, "\r\033[K%s: %s\n", run_.c_str(), outcome.c_str());  // the bar gives way
+  else
+    std::fprintf(stderr, " %s\n", outcome.c_str());
   g_line_open = false;
   std::fflush(stderr);
 }

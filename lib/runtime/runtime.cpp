@@ -165,9 +165,9 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   // kernels of mapped-cuda need none: they read and write the mapped pool itself. With vectored
   // I/O into the blocks, only the chunks that do not move whole (a range that starts or ends
   // inside one, or starts inside a block) go through staging: a few buffers are enough.
-  // Stores have staging of their own, half as much: a store's writes, slow at their nice level
-  // on a device that spends CPU per write (zram), held half of a shared staging and slowed a
-  // load that came meanwhile by a third (docs/ttft.md).
+  // Stores have staging of their own, half as much, so a load never waits for buffers that a
+  // store's writes hold: at their nice level, on a device that spends CPU per write (zram),
+  // those are slow to come back (docs/ttft.md).
   std::unique_ptr<Staging> staging, store_staging;
   gpu::HostPin staging_pin, store_staging_pin;  // a registration that fails below leaves nothing pinned
   if (plan.load != PathKind::kMappedCuda) {
