@@ -32,7 +32,7 @@ has "libtutti${major}_${ver}_amd64.deb" "$libdir/libtutti.so.$major"
 has "libtutti${major}_${ver}_amd64.deb" "share/doc/libtutti$major/copyright"
 has "tutti-tools_${ver}_amd64.deb" "bin/tutti"
 has "tutti-tools_${ver}_amd64.deb" "share/bash-completion/completions/tutti"
-has "tutti-tools_${ver}_amd64.deb" "share/man/man1/tutti.1.gz"
+for page in tutti tutti-info tutti-bench tutti-stats tutti-fsck; do has "tutti-tools_${ver}_amd64.deb" "share/man/man1/$page.1.gz"; done
 has "libtutti-dev_${ver}_amd64.deb" "share/man/man3/tutti.h.3.gz"
 has "libtutti-dev_${ver}_amd64.deb" "share/tutti/tutti_c.i"
 [ -z "$python" ] || has "$python" "lib/python3/dist-packages/tutti/__init__.py"
