@@ -3,12 +3,13 @@
 # their libraries (deb name / rpm name):
 #   libtutti0 / libtutti            libtutti.so.0
 #   libtutti-dev / libtutti-devel   tutti.h, the .so link, pkg-config and CMake files, tutti.h(3)
-#   tutti-tools                     the tutti tool (static), its bash completion, tutti(1)
+#   tutti-tools                     the tutti tool (static), its bash completion and man pages
 #   tutti-dkms                      the kernel module's source, built by DKMS for each kernel
 #   python3-tutti                   the tutti Python package (where the Python binding is built;
 #                                   a deb only: cpack-config.cmake)
 # Each deb carries its copyright and changelog; libtutti0 its shlibs and symbols files and an
-# ldconfig trigger. tests/packaging/check.sh builds them, runs lintian and checks what they hold.
+# ldconfig trigger. tests/packaging/check.sh builds them, runs lintian and rpmlint, checks what
+# they hold, and builds the samples against them.
 set(TUTTI_PACKAGE_CONTACT "tutti developers <maintainers@tutti.invalid>" CACHE STRING
     "Maintainer of the packages (name <address>): a distribution sets its own")
 
@@ -66,12 +67,12 @@ set(_components runtime dev tools kmod)
 if(TARGET tutti_python)
   list(APPEND _components python)
 endif()
+set(_pkg_runtime libtutti${PROJECT_VERSION_MAJOR})
+set(_pkg_dev libtutti-dev)
+set(_pkg_tools tutti-tools)
+set(_pkg_kmod tutti-dkms)
+set(_pkg_python python3-tutti)
 foreach(comp IN LISTS _components)
-  set(_pkg_runtime libtutti${PROJECT_VERSION_MAJOR})
-  set(_pkg_dev libtutti-dev)
-  set(_pkg_tools tutti-tools)
-  set(_pkg_kmod tutti-dkms)
-  set(_pkg_python python3-tutti)
   install(FILES ${CMAKE_CURRENT_LIST_DIR}/copyright ${_ctl}/changelog.gz
           DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${_pkg_${comp}} COMPONENT ${comp})
 endforeach()
@@ -134,11 +135,11 @@ loads into torch models, and the vLLM connector.")
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_HOMEPAGE "")
-set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME libtutti${PROJECT_VERSION_MAJOR})
-set(CPACK_DEBIAN_DEV_PACKAGE_NAME libtutti-dev)
-set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME tutti-tools)
-set(CPACK_DEBIAN_KMOD_PACKAGE_NAME tutti-dkms)
-set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-tutti)
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME ${_pkg_runtime})
+set(CPACK_DEBIAN_DEV_PACKAGE_NAME ${_pkg_dev})
+set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME ${_pkg_tools})
+set(CPACK_DEBIAN_KMOD_PACKAGE_NAME ${_pkg_kmod})
+set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME ${_pkg_python})
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_SHLIBDEPS ON)  # liburing, libxxhash, libc, libstdc++ as dpkg-shlibdeps finds them
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
