@@ -42,10 +42,12 @@ has "libtutti-dev_${ver}_amd64.deb" "$libdir/cmake/tutti/tuttiConfig.cmake"
 has "tutti-dkms_${ver}_all.deb" "src/tutti-$ver/dkms.conf"
 has "tutti-dkms_${ver}_all.deb" "src/tutti-$ver/uapi/tutti_kmod.h"
 deps=$(dpkg-deb -f "$out/libtutti${major}_${ver}_amd64.deb" Depends)
-echo "$deps" | grep -q liburing || fail "libtutti$major does not depend on liburing: '$deps'"
-dpkg-deb -f "$out/libtutti-dev_${ver}_amd64.deb" Depends | grep -q "libtutti$major (= $ver)" || fail "libtutti-dev's Depends"
-dpkg-deb -f "$out/tutti-dkms_${ver}_all.deb" Depends | grep -q dkms || fail "tutti-dkms's Depends"
-dpkg-deb --ctrl-tarfile "$out/libtutti${major}_${ver}_amd64.deb" | tar -t | grep -q symbols || fail "libtutti$major has no symbols file"
+grep -q liburing <<<"$deps" || fail "libtutti$major does not depend on liburing: '$deps'"
+# (never `cmd | grep -q` under pipefail: grep may leave before cmd has written all, and cmd's
+# SIGPIPE then fails the pipe)
+grep -q "libtutti$major (= $ver)" <<<"$(dpkg-deb -f "$out/libtutti-dev_${ver}_amd64.deb" Depends)" || fail "libtutti-dev's Depends"
+grep -q dkms <<<"$(dpkg-deb -f "$out/tutti-dkms_${ver}_all.deb" Depends)" || fail "tutti-dkms's Depends"
+grep -q symbols <<<"$(dpkg-deb --ctrl-tarfile "$out/libtutti${major}_${ver}_amd64.deb" | tar -t)" || fail "libtutti$major has no symbols file"
 echo "ok   contents and dependencies (libtutti$major: $deps)"
 if command -v lintian >/dev/null; then
   for p in "${debs[@]}"; do
@@ -72,7 +74,7 @@ export PKG_CONFIG_LIBDIR=$root/usr/$libdir/pkgconfig  # tutti.pc finds its prefi
 gcc -o "$out/hello" "$out/hello.c" $(pkg-config --cflags --libs tutti) || fail "compile against the packaged header and library"
 got=$(LD_LIBRARY_PATH=$root/usr/$libdir "$out/hello") || fail "run against the packaged library"
 [ "$got" = "$ver" ] || fail "the packaged library says version '$got', not $ver"
-LD_LIBRARY_PATH=$root/usr/$libdir "$root/usr/bin/tutti" --version | grep -q "$ver" || fail "packaged tutti --version"
+grep -q "$ver" <<<"$(LD_LIBRARY_PATH=$root/usr/$libdir "$root/usr/bin/tutti" --version)" || fail "packaged tutti --version"
 echo "ok   a program built with pkg-config against the unpacked packages runs: $got"
 if [ -n "$python" ]; then  # the interpreter the module was built for (the cache names it)
   py=$(sed -n 's/^_\?Python3_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt" | head -1)
