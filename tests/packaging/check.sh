@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Builds tutti's packages with CPack from a build directory and checks what they hold: the
-# .deb files (always; lintian finds neither errors nor warnings where it is installed) and the
-# .rpm files (where rpmbuild exists). The library, dev and tools packages are unpacked into a
-# scratch root, and a C program is compiled against them with pkg-config and run: the packages
-# are usable, not just present.
+# .deb files (always; lintian finds neither errors nor warnings, where it is installed) and the
+# .rpm files (where rpmbuild exists; rpmlint the same). The debs are unpacked into a scratch
+# root, and a program, `import tutti` and every sample are built and run against them, as a
+# user would against installed packages: usable, not just present.
 #   tests/packaging/check.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -51,8 +51,7 @@ grep -q symbols <<<"$(dpkg-deb --ctrl-tarfile "$out/libtutti${major}_${ver}_amd6
 echo "ok   contents and dependencies (libtutti$major: $deps)"
 if command -v lintian >/dev/null; then
   for p in "${debs[@]}"; do
-    lintian --fail-on error,warning "$out/$p" 2>&1 | grep -v "running with root privileges" >"$out/$p.lintian" || true
-    lintian --fail-on error,warning "$out/$p" >/dev/null 2>&1 || { cat "$out/$p.lintian"; fail "lintian on $p"; }
+    lintian --fail-on error,warning "$out/$p" >"$out/$p.lintian" 2>&1 || { cat "$out/$p.lintian"; fail "lintian on $p"; }
   done
   echo "ok   lintian: no errors, no warnings"
 else
