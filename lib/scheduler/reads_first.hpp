@@ -17,11 +17,7 @@ namespace tutti {
 
 class ReadsFirst {
  public:
-  void set_max_wait(std::chrono::milliseconds d) {
-    std::lock_guard lock(mu_);
-    max_wait_ = d;
-    max_wait_ms_.store(d.count(), std::memory_order_relaxed);
-  }
+  void set_max_wait(std::chrono::milliseconds d) { max_wait_ms_.store(d.count(), std::memory_order_relaxed); }
   void load_began() {
     std::lock_guard lock(mu_);
     loads_.fetch_add(1, std::memory_order_relaxed);
@@ -34,8 +30,9 @@ class ReadsFirst {
   bool yielding() const { return max_wait_ms_.load(std::memory_order_relaxed) && loads_in_flight(); }
   // Before a write: returns once no load is in flight, or after max_wait.
   void before_write() {
+    const std::chrono::milliseconds bound(max_wait_ms_.load(std::memory_order_relaxed));
     std::unique_lock lock(mu_);
-    if (max_wait_.count()) cv_.wait_for(lock, max_wait_, [&] { return loads_in_flight() == 0; });
+    if (bound.count()) cv_.wait_for(lock, bound, [&] { return loads_in_flight() == 0; });
   }
   size_t loads_in_flight() const { return loads_.load(std::memory_order_relaxed); }
 
@@ -43,8 +40,7 @@ class ReadsFirst {
   std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<size_t> loads_{0};
-  std::chrono::milliseconds max_wait_{0};  // 0: writes do not wait
-  std::atomic<int64_t> max_wait_ms_{0};    // the same, read without the lock
+  std::atomic<int64_t> max_wait_ms_{0};  // the bound; 0: writes do not wait
 };
 
 }  // namespace tutti
