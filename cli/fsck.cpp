@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// tutti fsck: checks a pool's superblocks, commit records and every layer checksum, and with
-// --repair clears the records that fail. --json: the findings as one JSON document.
+// tutti fsck: checks a pool's superblocks, commit records and every layer checksum (read-only,
+// also while a runtime holds the pool), and with --repair clears the records that fail.
+// --json: the findings as one JSON document.
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -17,6 +19,7 @@
 #include "cli.hpp"
 #include "clock.hpp"
 #include "common/checksum.hpp"
+#include "common/error.hpp"
 #include "output.hpp"
 #include "pool/pool.hpp"
 
@@ -26,13 +29,37 @@ namespace tutti::cli {
 // records found (run with --repair); --repair tombstones every record that is unreadable,
 // foreign, misplaced, a stale duplicate or whose data fails its checksum, and then the pool
 // passes fsck (exit 0).
+//
+// Without --repair the pool is a read-only view that takes no lock, so fsck can check a pool a
+// live runtime holds. That runtime may rewrite a slot while fsck reads it (tombstone, data,
+// new record, in that order), so before a finding counts, fsck reads the slot's record again:
+// a record that changed meanwhile is a write in flight, not damage. --repair writes, and needs
+// the pool to itself.
 int cmd_fsck(int argc, char** argv) {
   bool repair = false, json = false;
-  auto pool = Pool::open_existing(pool_args(argc, argv, {{"--repair", &repair}, {"--json", &json}}));
+  const auto uris = pool_args(argc, argv, {{"--repair", &repair}, {"--json", &json}});
+  std::unique_ptr<Pool> pool;
+  try {
+    pool = Pool::open_existing(uris, !repair);
+  } catch (const Error& e) {
+    if (e.code() != TUTTI_EBUSY) throw;
+    fail(TUTTI_EBUSY, std::string(e.what()) + ": stop it to repair the pool (fsck without --repair checks a live pool read-only)");
+  }
+  const bool live = pool->live();
   const auto& g = pool->geometry();
   uint64_t unreadable = 0;
   std::vector<std::pair<uint64_t, DecodeStatus>> bad_records;
   auto records = pool->read_records(&unreadable, &bad_records);
+  size_t in_flux = 0;  // findings that a write in flight explains
+  // Whether slot's record still says what `r` says (with the pool held exclusively it must).
+  auto unchanged = [&](const Record& r) {
+    Record now;
+    return pool->read_record(r.slot, &now) == DecodeStatus::kOk && now.key == r.key && now.generation == r.generation;
+  };
+  auto still_bad = [&](uint64_t slot, DecodeStatus was) {
+    Record now;
+    return pool->read_record(slot, &now) == was;
+  };
   std::vector<std::pair<uint64_t, std::string>> problems;  // slot, what is wrong there
   auto problem = [&](uint64_t slot, const std::string& what) {
     problems.emplace_back(slot, what);
@@ -40,10 +67,15 @@ int cmd_fsck(int argc, char** argv) {
   };
   if (!json) {
     std::printf("superblocks: ok (%zu file(s), %s)\n", pool->files(), g.shape().describe().c_str());
+    if (live) std::printf("pool: held by a live runtime, checked read-only\n");
     std::printf("commit records: %zu valid, %zu not\n", records.size(), bad_records.size());
   }
   std::vector<uint64_t> drop;
   for (const auto& [slot, why] : bad_records) {
+    if (!still_bad(slot, why)) {
+      ++in_flux;
+      continue;
+    }
     problem(slot, std::string("record ") + describe(why));
     drop.push_back(slot);
   }
@@ -54,30 +86,40 @@ int cmd_fsck(int argc, char** argv) {
     if (fresh) continue;
     const Record* loser = it->second->generation < r.generation ? it->second : &r;
     if (loser != &r) it->second = &r;
+    if (!unchanged(*loser) || !unchanged(*it->second)) {
+      ++in_flux;
+      continue;
+    }
     problem(loser->slot, "stale duplicate of a newer record of the same chunk");
     drop.push_back(loser->slot);
   }
   AlignedBuffer buf(g.shape().layer_bytes());
-  size_t bad_data = 0;
+  size_t bad_data = 0, verified = 0;
   double last = now_s();
   for (size_t i = 0; i < records.size(); ++i) {
     const auto& r = records[i];
-    for (uint32_t l = 0; l < g.shape().layers; ++l) {
+    bool good = true;
+    for (uint32_t l = 0; l < g.shape().layers && good; ++l) {
       Extent e = g.layer_extent(r.slot, l);
       const auto& f = pool->file(e.file);
       ssize_t n = ::pread(f.fd.get(), buf.data(), e.length, static_cast<off_t>(e.offset));
-      if (n != static_cast<ssize_t>(e.length)) {
-        problem(r.slot, "layer " + std::to_string(l) + " cannot be read (" +
-                            (n < 0 ? std::strerror(errno) : "short read") + ")");
-      } else if (layer_sum(buf.data(), e.length) != r.layer_sums[l]) {
-        problem(r.slot, "layer " + std::to_string(l) + " fails its checksum");
-      } else {
+      std::string what;
+      if (n != static_cast<ssize_t>(e.length))
+        what = "layer " + std::to_string(l) + " cannot be read (" + (n < 0 ? std::strerror(errno) : "short read") + ")";
+      else if (layer_sum(buf.data(), e.length) != r.layer_sums[l])
+        what = "layer " + std::to_string(l) + " fails its checksum";
+      else
         continue;
+      good = false;
+      if (!unchanged(r)) {
+        ++in_flux;
+        break;
       }
+      problem(r.slot, what);
       drop.push_back(r.slot);
       ++bad_data;
-      break;
     }
+    verified += good;
     if (now_s() - last > 1.0) {
       std::fprintf(stderr, "  checked %zu of %zu chunks\n", i + 1, records.size());
       last = now_s();
@@ -88,10 +130,10 @@ int cmd_fsck(int argc, char** argv) {
   const bool cleared = repair && !drop.empty();
   if (cleared) pool->write_tombstones(drop);
   if (json) {
-    std::printf("{\"schema\":1,\"uuid\":\"%s\",\"files\":%zu,\"layout\":%s,\"records_valid\":%zu,"
-                "\"records_bad\":%zu,\"chunks_verified\":%zu,\"chunks_bad\":%zu,\"problems\":[",
-                uuid_string(pool->uuid()).c_str(), pool->files(), json_string(g.shape().describe()).c_str(), records.size(),
-                bad_records.size(), records.size() - bad_data, bad_data);
+    std::printf("{\"schema\":1,\"uuid\":\"%s\",\"files\":%zu,\"layout\":%s,\"live\":%s,\"records_valid\":%zu,"
+                "\"records_bad\":%zu,\"chunks_verified\":%zu,\"chunks_bad\":%zu,\"in_flux\":%zu,\"problems\":[",
+                uuid_string(pool->uuid()).c_str(), pool->files(), json_string(g.shape().describe()).c_str(),
+                live ? "true" : "false", records.size(), bad_records.size(), verified, bad_data, in_flux);
     for (size_t i = 0; i < problems.size(); ++i)
       std::printf("%s{\"slot\":%" PRIu64 ",\"problem\":%s}", i ? "," : "", problems[i].first,
                   json_string(problems[i].second).c_str());
@@ -99,7 +141,9 @@ int cmd_fsck(int argc, char** argv) {
                 cleared ? "true" : "false", drop.empty() || cleared ? "true" : "false");
     return drop.empty() || cleared ? 0 : 4;
   }
-  std::printf("data: %zu of %zu chunks verified, %zu bad\n", records.size() - bad_data, records.size(), bad_data);
+  std::printf("data: %zu of %zu chunks verified, %zu bad\n", verified, records.size(), bad_data);
+  if (in_flux)
+    std::printf("changed while checked: %zu slot(s) a runtime rewrote meanwhile (not damage)\n", in_flux);
   if (drop.empty()) return 0;
   if (!repair) {
     std::printf("run with --repair to clear %zu record(s) (their chunks become misses)\n", drop.size());

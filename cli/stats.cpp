@@ -2,7 +2,8 @@
 // tutti stats: occupancy, chunks and layout fingerprint of a pool; --prometheus prints the
 // occupancy as Prometheus gauges (text exposition format), e.g. for node_exporter's textfile
 // collector; --json, one JSON document. A live runtime's counters come from tutti.metrics
-// (Python) in its own process.
+// (Python) in its own process. The pool is opened read-only, without a lock: stats works
+// beside the runtime that holds it (its figures are then a snapshot).
 #include <cinttypes>
 #include <cstdio>
 #include <string>
@@ -38,7 +39,8 @@ void gauge(const char* name, const char* help, const std::string& labels, double
 
 int cmd_stats(int argc, char** argv) {
   bool prometheus = false, json = false;
-  auto pool = Pool::open_existing(pool_args(argc, argv, {{"--prometheus", &prometheus}, {"--json", &json}}));
+  auto pool = Pool::open_existing(pool_args(argc, argv, {{"--prometheus", &prometheus}, {"--json", &json}}), true);
+  const bool live = pool->live();
   const auto& g = pool->geometry();
   uint64_t torn = 0;
   auto records = pool->read_records(&torn);
@@ -53,6 +55,7 @@ int cmd_stats(int argc, char** argv) {
     gauge("tutti_pool_files", "Files the pool is striped over", labels, static_cast<double>(pool->files()));
     gauge("tutti_pool_ranks", "Runtimes that share the pool, each with its share of the slots", labels,
           static_cast<double>(pool->ranks()));
+    gauge("tutti_pool_live", "1 while a live runtime holds the pool", labels, live ? 1.0 : 0.0);
     return 0;
   }
   if (json) {
@@ -61,9 +64,9 @@ int cmd_stats(int argc, char** argv) {
     for (size_t i = 0; i < pool->files(); ++i)
       std::printf("%s{\"path\":%s,\"direct\":%s}", i ? "," : "", json_string(pool->file(i).path).c_str(),
                   pool->file(i).direct ? "true" : "false");
-    std::printf("],\"layout\":%s,\"slot_bytes\":%" PRIu64 ",\"layer_bytes\":%" PRIu64 ",\"slots\":%" PRIu64
+    std::printf("],\"live\":%s,\"layout\":%s,\"slot_bytes\":%" PRIu64 ",\"layer_bytes\":%" PRIu64 ",\"slots\":%" PRIu64
                 ",\"ranks\":%u,\"chunks\":%zu,\"kv_bytes\":%" PRIu64 ",\"unreadable_records\":%" PRIu64 "}\n",
-                json_string(g.shape().describe()).c_str(), g.shape().slot_bytes(), g.shape().layer_bytes(), g.slots(),
+                live ? "true" : "false", json_string(g.shape().describe()).c_str(), g.shape().slot_bytes(), g.shape().layer_bytes(), g.slots(),
                 pool->ranks(), records.size(), records.size() * g.shape().slot_bytes(), torn);
     return 0;
   }
@@ -71,6 +74,7 @@ int cmd_stats(int argc, char** argv) {
               kFormatVersion);
   for (size_t i = 0; i < pool->files(); ++i)
     std::printf("  file %zu: %s%s\n", i, pool->file(i).path.c_str(), pool->file(i).direct ? "" : " (buffered: no O_DIRECT)");
+  if (live) std::printf("held by a live runtime: these figures are a snapshot\n");
   std::printf("layout: %s\n", g.shape().describe().c_str());
   std::printf("slot: %s (%s per layer), %" PRIu64 " slots\n", format_bytes(g.shape().slot_bytes()).c_str(),
               format_bytes(g.shape().layer_bytes()).c_str(), g.slots());

@@ -86,10 +86,11 @@ void lock_file(const PoolFile& f, int op, LockMode mode) {
   }
 }
 
+// lock_op 0: no lock (a read-only view, which then never writes).
 PoolFile open_file(const std::string& path, bool create, int lock_op, LockMode mode) {
   PoolFile f;
   f.path = path;
-  int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
+  int flags = (lock_op ? O_RDWR : O_RDONLY) | O_CLOEXEC | (create ? O_CREAT : 0);
   int fd = ::open(path.c_str(), flags | O_DIRECT, 0644);
   if (fd < 0 && errno == EINVAL) {  // tmpfs and a few others: no O_DIRECT
     fd = ::open(path.c_str(), flags, 0644);
@@ -99,7 +100,7 @@ PoolFile open_file(const std::string& path, bool create, int lock_op, LockMode m
   f.fd = Fd(fd);
   struct statfs fs;
   f.in_memory = ::fstatfs(fd, &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC);
-  lock_file(f, lock_op, mode);
+  if (lock_op) lock_file(f, lock_op, mode);
   return f;
 }
 
@@ -244,8 +245,11 @@ std::unique_ptr<Pool> Pool::open(const PoolOptions& opts, const Shape& shape) {
 std::unique_ptr<Pool> Pool::open_once(const PoolOptions& opts, const Shape& shape) {
   std::unique_ptr<Pool> pool(new Pool());
   const size_t n = opts.uris.size();
+  TUTTI_EXPECT(!opts.read_only || (!opts.create && opts.rank == kEveryRank), "a read-only pool is opened whole, never created");
   const LockMode mode = opts.ranks > 1 && opts.rank != kEveryRank ? LockMode::kRanks : LockMode::kAlone;
-  const int hold = mode == LockMode::kRanks ? LOCK_SH : LOCK_EX;  // how the pool is held once open
+  // How the pool is held once open; a read-only view holds no lock.
+  const int hold = opts.read_only ? 0 : mode == LockMode::kRanks ? LOCK_SH : LOCK_EX;
+  pool->read_only_ = opts.read_only;
   // A missing file is made under a temporary name and renamed into place once its superblock
   // is durable: a crash while creating leaves no zero-headed file at the pool's path (which
   // no open would accept). Files this call creates are removed again, and files it found
@@ -255,7 +259,7 @@ std::unique_ptr<Pool> Pool::open_once(const PoolOptions& opts, const Shape& shap
   std::vector<size_t> was_empty;
   // Files found empty are emptied again only by a runtime that holds them alone: a rank that
   // lost a race to create the pool must not truncate what the winner wrote.
-  bool exclusive = mode == LockMode::kAlone;
+  bool exclusive = mode == LockMode::kAlone && !opts.read_only;
   try {
     std::vector<Superblock> sbs(n);
     std::vector<Head> heads(n);
@@ -431,18 +435,31 @@ void Pool::adopt(const std::vector<Superblock>& sbs, const Shape& shape, const P
       fail(TUTTI_ECORRUPT, f.path + " is shorter than its pool header says (truncated?)");
 }
 
-std::unique_ptr<Pool> Pool::open_existing(const std::vector<PoolUri>& uris) {
+std::unique_ptr<Pool> Pool::open_existing(const std::vector<PoolUri>& uris, bool read_only) {
   TUTTI_EXPECT(!uris.empty(), "no pool location given");
   Superblock sb;
   {
-    PoolFile f = open_file(uris[0].path, false, LOCK_EX, LockMode::kAlone);
+    PoolFile f = open_file(uris[0].path, false, read_only ? 0 : LOCK_EX, LockMode::kAlone);
     check_superblock(read_superblock(f, &sb), uris[0].path);
   }
   PoolOptions opts;
   opts.uris = uris;
   opts.create = false;
   opts.rank = kEveryRank;
+  opts.read_only = read_only;
   return open(opts, sb.shape);
+}
+
+bool Pool::live() const {
+  struct stat st;  // held exclusively, no one else can hold it
+  return read_only_ && ::fstat(files_[0].fd.get(), &st) == 0 && lock_holder_alive(st);
+}
+
+DecodeStatus Pool::read_record(uint64_t slot, Record* out) const {
+  TUTTI_EXPECT(slot < geometry_.slots(), "slot " + std::to_string(slot) + " is past the pool's end");
+  AlignedBuffer buf(Geometry::kRecordBytes);
+  pread_full(files_[geometry_.file_of(slot)], buf.data(), Geometry::kRecordBytes, geometry_.record_offset(slot));
+  return decode_record(reinterpret_cast<const uint8_t*>(buf.data()), uuid_, slot, geometry_.shape().layers, out);
 }
 
 std::vector<Record> Pool::read_records(uint64_t* torn, std::vector<std::pair<uint64_t, DecodeStatus>>* bad_out) const {
@@ -478,6 +495,7 @@ std::vector<Record> Pool::read_records(uint64_t* torn, std::vector<std::pair<uin
 }
 
 void Pool::write_blocks(const std::vector<std::pair<uint64_t, const uint8_t*>>& by_slot) const {
+  TUTTI_EXPECT_CODE(!read_only_, TUTTI_EACCES, "pool " + files_[0].path + " is open read-only");
   std::vector<bool> touched(files_.size());
   for (auto& [slot, block] : by_slot) {
     uint32_t fi = geometry_.file_of(slot);

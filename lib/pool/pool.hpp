@@ -28,6 +28,9 @@ struct PoolOptions {
   bool create = true;
   uint32_t ranks = 1;  // runtimes sharing the pool (recorded at creation; must match after)
   uint32_t rank = 0;   // this runtime's share, < ranks; or kEveryRank (exclusive, whatever ranks)
+  // A view that takes no lock and never writes (stats and fsck of a pool a runtime holds):
+  // what it reads may change under it. Needs create = false and rank = kEveryRank.
+  bool read_only = false;
 };
 
 // The slots [first, first + count) of one rank.
@@ -53,8 +56,9 @@ class Pool {
   // failed open leaves every path as it found it. Ranks that start together wait for the one
   // that creates the pool.
   static std::unique_ptr<Pool> open(const PoolOptions& opts, const Shape& shape);
-  // Opens an existing pool whatever its shape (fsck, stats).
-  static std::unique_ptr<Pool> open_existing(const std::vector<PoolUri>& uris);
+  // Opens an existing pool whatever its shape (fsck, stats): exclusively (EBUSY while a
+  // runtime holds it), or as a read-only view beside whoever holds it.
+  static std::unique_ptr<Pool> open_existing(const std::vector<PoolUri>& uris, bool read_only = false);
 
   ~Pool();
 
@@ -66,6 +70,9 @@ class Pool {
   uint32_t ranks() const { return ranks_; }
   // The slots this runtime owns: its rank's share, or every slot.
   SlotRange owned() const { return owned_; }
+  bool read_only() const { return read_only_; }
+  // Whether a live process (a runtime) holds the pool that this read-only view reads.
+  bool live() const;
 
   // Every valid commit record of the owned slots; `torn` counts the records that are neither valid nor blank,
   // and `bad`, if given, receives each one's slot and why (fsck).
@@ -73,6 +80,8 @@ class Pool {
                                    std::vector<std::pair<uint64_t, DecodeStatus>>* bad = nullptr) const;
   // Writes records (or tombstones for `free_slots`) and makes them durable.
   void write_records(std::span<const Record> records) const;
+  // One slot's record as it is now (fsck re-reads what a live runtime may have changed).
+  DecodeStatus read_record(uint64_t slot, Record* out) const;
   void write_tombstones(std::span<const uint64_t> slots) const;
   // fdatasync of every file: data written before this call is durable after it.
   void sync() const;
@@ -92,6 +101,7 @@ class Pool {
   uint32_t ranks_ = 1;
   SlotRange owned_;
   int64_t share_ = -1;  // the rank whose share this runtime locked, or -1
+  bool read_only_ = false;
 };
 
 }  // namespace tutti

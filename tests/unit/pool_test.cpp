@@ -56,6 +56,40 @@ TEST_F(PoolTest, CreateThenReopenFindsRecords) {
   EXPECT_EQ(p->read_records().size(), 1u);
 }
 
+// stats and fsck read a pool that a runtime holds: a read-only view takes no lock, sees what
+// the holder writes, says the pool is live, and never writes.
+TEST_F(PoolTest, ReadOnlyViewBesideTheHolder) {
+  auto holder = Pool::open(opts(2), shape_);
+  try {
+    Pool::open_existing(opts(2).uris);
+    FAIL() << "an exclusive open beside the holder";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), TUTTI_EBUSY);
+  }
+  auto view = Pool::open_existing(opts(2).uris, true);
+  EXPECT_TRUE(view->read_only());
+  EXPECT_TRUE(view->live());
+  EXPECT_FALSE(holder->live());  // held exclusively: no one else holds it
+  EXPECT_EQ(view->uuid(), holder->uuid());
+  holder->write_records(std::vector<Record>{{1, 3, Key{7, 8}, {11, 12}}});
+  ASSERT_EQ(view->read_records().size(), 1u);
+  Record r;
+  EXPECT_EQ(view->read_record(1, &r), DecodeStatus::kOk);
+  EXPECT_EQ(r.key, (Key{7, 8}));
+  EXPECT_EQ(view->read_record(0, &r), DecodeStatus::kBlank);
+  try {
+    view->write_tombstones(std::vector<uint64_t>{1});
+    FAIL() << "a read-only view wrote";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), TUTTI_EACCES);
+  }
+  EXPECT_EQ(holder->read_records().size(), 1u);
+  holder.reset();
+  EXPECT_FALSE(view->live());
+  auto again = Pool::open(opts(2), shape_);  // the view held nothing
+  EXPECT_FALSE(again->created());
+}
+
 TEST_F(PoolTest, OtherShapeIsRefused) {
   Pool::open(opts(), shape_);
   Shape other = shape_;
