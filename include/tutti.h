@@ -79,8 +79,8 @@ typedef enum tutti_error {
    * register_kv, a file whose superblock is damaged, of an unknown format, impossible in size,
    * shorter than it says, or not a tutti pool at all (tutti fsck tells more). */
   TUTTI_ECORRUPT = -7,
-  /* The call is not valid now: a second register_kv, a batch before register_kv, adding to or
-   * submitting a batch twice, waiting before submit, results before tutti_batch_wait, anything
+  /* The call is not valid now: a second register_kv, a batch before register_kv, adding to a
+   * batch after its submit or submitting it twice, waiting before submit, results before tutti_batch_wait, anything
    * that moves data after tutti_runtime_close. */
   TUTTI_ESTATE = -8,
   /* Not in this build or on this machine: CUDA memory without CUDA, a backend that cannot
@@ -248,7 +248,8 @@ typedef struct tutti_runtime tutti_runtime;
 /* Validates options and pool paths (unset keys: TUTTI_* variables, then defaults). The pool
  * files are opened (or created) when the KV cache is registered, because their layout
  * fingerprint is the model's KV shape. A pool is locked by the runtime that opened it:
- * a second runtime on the same files gets TUTTI_EBUSY until the first is closed. */
+ * a second runtime's tutti_runtime_register_kv on the same files gets TUTTI_EBUSY until the
+ * first is closed. */
 TUTTI_API int tutti_runtime_open(const tutti_options* opts, tutti_runtime** out);
 /* Waits until every submitted batch has ended (loads landed, stores committed or failed), then
  * closes the pool files and releases their locks, so the pool may be opened again at once,
@@ -409,7 +410,8 @@ typedef struct tutti_result {
 typedef struct tutti_batch tutti_batch;
 
 TUTTI_API int tutti_batch_create(tutti_runtime* rt, tutti_op op, tutti_batch** out);
-/* Adds n requests (one call, however many blocks). Validates every block id and range. */
+/* Adds n requests (one call, however many blocks; it may be called again before submit, and
+ * requests are numbered in the order added). Validates every block id and range. */
 TUTTI_API int tutti_batch_add(tutti_batch* b, const tutti_request* reqs, size_t n);
 TUTTI_API int tutti_batch_submit(tutti_batch* b);
 /* Blocks until layer `layer` is done for the whole batch. */
@@ -468,7 +470,7 @@ typedef struct tutti_stats {
   uint64_t ios;           /* I/O operations issued */
   uint64_t lookups;
   uint64_t hit_chunks;    /* chunks found by lookups */
-  uint64_t miss_chunks;   /* lookups that stopped at a missing chunk */
+  uint64_t miss_chunks;   /* lookups that stopped at a missing chunk (one per such lookup) */
   uint64_t stored_chunks; /* chunks committed */
   uint64_t evictions;
   uint64_t failed_chunks; /* chunks a batch could not move */

@@ -82,7 +82,26 @@ find_program(SCDOC_EXECUTABLE scdoc DOC "scdoc, which renders the man pages (Deb
 if(SCDOC_EXECUTABLE)
   set(_pages "")
   set(_man1 tutti.1 tutti-info.1 tutti-bench.1 tutti-stats.1 tutti-fsck.1)
-  foreach(page ${_man1} tutti.h.3)
+  # The API: one page per group of functions, named after its first; every other function of
+  # the group gets a page of one line, `.so man3/<group page>` (its NAME line lists them).
+  set(_man3 tutti.h.3 tutti_options_create.3 tutti_runtime_open.3 tutti_runtime_register_kv.3 tutti_lookup.3
+      tutti_lookup_client_open.3 tutti_batch_create.3 tutti_batch_wait_layer.3 tutti_runtime_stats.3 tutti_strerror.3)
+  set(_man3_out "")
+  foreach(page ${_man3})
+    list(APPEND _man3_out ${PROJECT_BINARY_DIR}/man/${page}.gz)
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/docs/man/${page}.scd)
+    file(STRINGS ${PROJECT_SOURCE_DIR}/docs/man/${page}.scd _names REGEX "^tutti_[a-z_]+(, tutti_[a-z_]+)* - ")
+    string(REGEX REPLACE " - .*" "" _names "${_names}")
+    string(REPLACE ", " ";" _names "${_names}")
+    foreach(name ${_names})
+      if(NOT "${name}.3" STREQUAL page)
+        file(WRITE ${PROJECT_BINARY_DIR}/man/${name}.3 ".so man3/${page}\n")
+        execute_process(COMMAND ${GZIP_EXECUTABLE} -9nf ${PROJECT_BINARY_DIR}/man/${name}.3)
+        list(APPEND _man3_out ${PROJECT_BINARY_DIR}/man/${name}.3.gz)
+      endif()
+    endforeach()
+  endforeach()
+  foreach(page ${_man1} ${_man3})
     set(out ${PROJECT_BINARY_DIR}/man/${page}.gz)
     add_custom_command(OUTPUT ${out}
       COMMAND ${CMAKE_COMMAND} -E make_directory ${PROJECT_BINARY_DIR}/man
@@ -94,7 +113,7 @@ if(SCDOC_EXECUTABLE)
   list(TRANSFORM _man1 PREPEND "${PROJECT_BINARY_DIR}/man/")
   list(TRANSFORM _man1 APPEND ".gz")
   install(FILES ${_man1} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT tools)
-  install(FILES ${PROJECT_BINARY_DIR}/man/tutti.h.3.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man3 COMPONENT dev)
+  install(FILES ${_man3_out} DESTINATION ${CMAKE_INSTALL_MANDIR}/man3 COMPONENT dev)
 else()
   message(STATUS "scdoc not found: no man pages (Debian: apt-get install scdoc)")
 endif()
@@ -172,7 +191,10 @@ set(CPACK_RPM_COMPONENT_INSTALL ON)
 set(CPACK_RPM_FILE_NAME RPM-DEFAULT)
 # (One License field for every RPM: CPack has none per component, so tutti-dkms says Apache-2.0
 # although the module is GPL-2.0, as its copyright file and sources say. Not fixed yet.)
-set(CPACK_RPM_PACKAGE_LICENSE "Apache-2.0")
+# CPack has one License for every component, but the kernel module is GPL-2.0: the tag picks by
+# the package's name, which the spec states before it (rpm's built-in Lua).
+set(CPACK_RPM_PACKAGE_LICENSE
+    "%{lua: print(rpm.expand('%{name}') == '${_pkg_kmod}' and 'GPL-2.0-only' or 'Apache-2.0')}")
 set(CPACK_RPM_RUNTIME_PACKAGE_NAME libtutti)
 set(CPACK_RPM_DEV_PACKAGE_NAME libtutti-devel)
 set(CPACK_RPM_TOOLS_PACKAGE_NAME tutti-tools)

@@ -34,6 +34,7 @@ has "tutti-tools_${ver}_amd64.deb" "bin/tutti"
 has "tutti-tools_${ver}_amd64.deb" "share/bash-completion/completions/tutti"
 for page in tutti tutti-info tutti-bench tutti-stats tutti-fsck; do has "tutti-tools_${ver}_amd64.deb" "share/man/man1/$page.1.gz"; done
 has "libtutti-dev_${ver}_amd64.deb" "share/man/man3/tutti.h.3.gz"
+for fn in $(sed -n 's/^\(tutti_[a-z_]*\)@@.*/\1/p' "$src/lib/capi/abi.txt"); do has "libtutti-dev_${ver}_amd64.deb" "share/man/man3/$fn.3.gz"; done
 has "libtutti-dev_${ver}_amd64.deb" "share/tutti/tutti_c.i"
 [ -z "$python" ] || has "$python" "lib/python3/dist-packages/tutti/__init__.py"
 has "libtutti-dev_${ver}_amd64.deb" "include/tutti.h"
@@ -148,6 +149,11 @@ if command -v rpmbuild >/dev/null; then
   rpmhas libtutti-devel /usr/include/tutti.h
   rpmhas tutti-dkms dkms.conf
   rpmhas tutti-tools /usr/share/man/man1/tutti.1.gz
+  for p in libtutti libtutti-devel tutti-tools tutti-dkms; do
+    want=Apache-2.0; [ $p = tutti-dkms ] && want=GPL-2.0-only
+    got=$(rpm -qp --qf '%{LICENSE}' "$out/$p"-"$ver"-*.rpm 2>/dev/null)
+    [ "$got" = "$want" ] || fail "$p rpm's License is '$got', not $want"
+  done
   echo "ok   rpms: $(cd "$out" && ls ./*.rpm | xargs -n1 basename | tr '\n' ' ')"
   if command -v rpmlint >/dev/null; then
     rpmlint -c "$src/packaging/rpmlint.toml" "$out"/*.rpm >"$out/rpmlint.log" 2>&1 || { cat "$out/rpmlint.log"; fail "rpmlint"; }
