@@ -73,6 +73,14 @@ std::optional<int> parse(int argc, char** argv, BenchArgs& a) {
       const std::string v = args.value();
       if (v != "host" && v != "cuda") return usage_error("bench", "--memory is host or cuda");
       a.cuda = v == "cuda";
+    } else if (f == "--remote") {
+      a.remote = args.value();
+    } else if (f == "--remote-connections") {
+      a.remote_connections = static_cast<unsigned>(args.positive());
+    } else if (f == "--remote-depth") {
+      a.remote_depth = static_cast<unsigned>(args.positive());
+    } else if (f == "--remote-timeout-ms") {
+      a.remote_timeout_ms = static_cast<unsigned>(args.positive());
     } else if (f == "--hnd") {
       a.hnd = true;
     } else if (f == "--json") {
@@ -132,6 +140,7 @@ void print_run_info(const BenchArgs& a, uint64_t kv_bytes) {
 int cmd_bench(int argc, char** argv) {
   BenchArgs a;
   if (auto rc = parse(argc, argv, a)) return *rc;
+  if (!a.remote.empty()) return run_remote_bench(a);
 
   const Model& m = *a.model;
   const Printer print{a.json, a.quiet, m.name, a.cuda ? "cuda" : "host", a.tokens};

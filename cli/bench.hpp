@@ -42,7 +42,15 @@ struct BenchArgs {
   bool quiet = false;
   unsigned repeat = 3;
   bool cuda = false;
+  // --remote URI: measure the shared tier's cluster instead (bench_remote.cpp)
+  std::string remote;
+  unsigned remote_connections = 4;
+  unsigned remote_depth = 8;
+  unsigned remote_timeout_ms = 2000;
 };
+
+// tutti bench --remote: SET and GET of chunk-layer values on a Redis Cluster.
+int run_remote_bench(const BenchArgs& a);
 
 // The synthetic KV cache: one fused tensor per layer [2, blocks, block_tokens, heads, head_dim]
 // (or HND), filled with a pattern that is a function of (layer, K/V, logical block, word), so a

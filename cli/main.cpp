@@ -56,6 +56,10 @@ const char* kUsage =
     "  --json               one JSON object per line instead of a table\n"
     "  --keep               keep the pool file afterwards\n"
     "  --quiet              no progress output\n"
+    "  --remote URI         measure a Redis Cluster (redis://host:port,...) with the shared tier's\n"
+    "                       values instead: SET and GET of chunk-layers by 1, 2, 4 ... connections\n"
+    "                       (--remote-connections N, default 4; --remote-depth N in flight each,\n"
+    "                       default 8; --remote-timeout-ms MS, default 2000)\n"
     "\n"
     "Every runtime option of tutti.h can also be set with its TUTTI_* environment variable\n"
     "(TUTTI_RINGS, TUTTI_QUEUE_DEPTH, TUTTI_STAGING, TUTTI_LOOKAHEAD, TUTTI_THREADS, ...).\n";

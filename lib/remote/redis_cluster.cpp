@@ -336,6 +336,29 @@ std::vector<Reply> Cluster::run(std::span<const Command> commands) {
   return out;
 }
 
+Reply Cluster::run_at(const Endpoint& at, const Command& cmd) {
+  const size_t node = node_for(at);
+  const auto deadline = Clock::now() + timeout_;
+  std::string why;
+  redisContext* c = connect(node, deadline, &why);
+  if (!c) return Reply::failure("remote: " + why);
+  redisSetTimeout(c, until(deadline));
+  std::vector<const char*> argv;
+  std::vector<size_t> argl;
+  for (auto a : cmd.args) {
+    argv.push_back(a.data());
+    argl.push_back(a.size());
+  }
+  auto* raw = static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), argl.data()));
+  if (!raw) {
+    why = at.describe() + ": " + (c->errstr[0] ? c->errstr : "no reply");
+    drop(node);
+    return Reply::failure("remote: " + why);
+  }
+  std::shared_ptr<redisReply> root(raw, freeReplyObject);
+  return Reply(root, root.get());
+}
+
 std::vector<Endpoint> Cluster::masters() const {
   std::vector<Endpoint> out;
   for (int32_t n : slot_node_)

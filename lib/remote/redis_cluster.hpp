@@ -91,6 +91,9 @@ class Cluster {
   std::vector<Reply> run(std::span<const Command> commands);
   Reply run(const Command& c) { return std::move(run(std::span<const Command>(&c, 1))[0]); }
 
+  // One command to one node, whatever its slots (INFO, CLUSTER ...): no redirects followed.
+  Reply run_at(const Endpoint& node, const Command& c);
+
   // The masters that serve slots now, as last learnt.
   std::vector<Endpoint> masters() const;
   const ClusterStats& stats() const { return stats_; }
