@@ -83,7 +83,8 @@ if(SCDOC_EXECUTABLE)
   set(_pages "")
   set(_man1 tutti.1 tutti-info.1 tutti-bench.1 tutti-stats.1 tutti-fsck.1)
   # The API: one page per group of functions, named after its first; every other function of
-  # the group gets a page of one line, `.so man3/<group page>` (its NAME line lists them).
+  # the group gets a symbolic link to it (its NAME line lists them), as Debian's tools turn
+  # `.so` pages into links.
   set(_man3 tutti.h.3 tutti_options_create.3 tutti_runtime_open.3 tutti_runtime_register_kv.3 tutti_lookup.3
       tutti_lookup_client_open.3 tutti_batch_create.3 tutti_batch_wait_layer.3 tutti_runtime_stats.3 tutti_strerror.3)
   set(_man3_out "")
@@ -95,8 +96,7 @@ if(SCDOC_EXECUTABLE)
     string(REPLACE ", " ";" _names "${_names}")
     foreach(name ${_names})
       if(NOT "${name}.3" STREQUAL page)
-        file(WRITE ${PROJECT_BINARY_DIR}/man/${name}.3 ".so man3/${page}\n")
-        execute_process(COMMAND ${GZIP_EXECUTABLE} -9nf ${PROJECT_BINARY_DIR}/man/${name}.3)
+        file(CREATE_LINK ${page}.gz ${PROJECT_BINARY_DIR}/man/${name}.3.gz SYMBOLIC)
         list(APPEND _man3_out ${PROJECT_BINARY_DIR}/man/${name}.3.gz)
       endif()
     endforeach()

@@ -45,7 +45,13 @@ echo "ok   apt-get install ${names[*]}"
 
 # A user's shell: nothing of the build tree in its environment, its own home, its own directory.
 user() { (cd "$work" && env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$work" LANG=C.UTF-8 "$@"); }
-[ "$(user pkg-config --libs tutti)" = "-ltutti" ] || fail "pkg-config --libs tutti says '$(user pkg-config --libs tutti)'"
+# tutti.pc is relocatable (its prefix is found from where it lies), so its -L spells the system
+# directory through pkgconfig/../../..: it must name the directory the library is in.
+libs=$(user pkg-config --libs tutti)
+[ "$(awk "{print \$NF}" <<<"$libs")" = "-ltutti" ] || fail "pkg-config --libs tutti says '$libs'"
+for f in $libs; do
+  [ "${f#-L}" = "$f" ] || [ -e "$(realpath -m "${f#-L}")/libtutti.so" ] || fail "pkg-config --libs names ${f#-L}, where no libtutti.so is"
+done
 [ "$(user pkg-config --modversion tutti)" = "$ver" ] || fail "pkg-config --modversion tutti"
 grep -q "^tutti $ver\$" <<<"$(user tutti --version)" || fail "tutti --version"
 for page in tutti tutti-fsck tutti.h tutti_batch_wait_layer_async; do
@@ -61,6 +67,9 @@ if [[ " ${names[*]} " == *" python3-tutti "* ]]; then
 fi
 
 user gcc -o "$work/sample_c" "$src/samples/c/roundtrip.c" -ltutti || fail "gcc ... -ltutti"
+user sh -c "gcc -o '$work/sample_pc' '$src/samples/c/roundtrip.c' \$(pkg-config --cflags --libs tutti)" ||
+  fail "gcc ... \$(pkg-config --cflags --libs tutti)"
+user "$work/sample_pc" >/dev/null || fail "the C sample built with pkg-config"
 user "$work/sample_c" >/dev/null || fail "the C sample"
 mkdir -p "$work/cmake-user"
 cat >"$work/cmake-user/CMakeLists.txt" <<CM
@@ -73,7 +82,7 @@ CM
 { user cmake -S "$work/cmake-user" -B "$work/cmake-user/build" >/dev/null &&
   user cmake --build "$work/cmake-user/build" >/dev/null && user "$work/cmake-user/build/sample_c" >/dev/null; } ||
   fail "the C sample through find_package(tutti)"
-echo "ok   the C sample, with -ltutti and with find_package(tutti)"
+echo "ok   the C sample, with -ltutti, with pkg-config and with find_package(tutti)"
 
 if command -v cargo >/dev/null; then
   (cd "$src/samples/rust" && env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$work" CARGO_TARGET_DIR="$work/cargo" \
