@@ -88,6 +88,7 @@ if(SCDOC_EXECUTABLE)
   set(_man3 tutti.h.3 tutti_options_create.3 tutti_runtime_open.3 tutti_runtime_register_kv.3 tutti_lookup.3
       tutti_lookup_client_open.3 tutti_batch_create.3 tutti_batch_wait_layer.3 tutti_runtime_stats.3 tutti_strerror.3)
   set(_man3_out "")
+  file(MAKE_DIRECTORY ${PROJECT_BINARY_DIR}/man)
   foreach(page ${_man3})
     list(APPEND _man3_out ${PROJECT_BINARY_DIR}/man/${page}.gz)
     set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/docs/man/${page}.scd)
