@@ -190,8 +190,6 @@ set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 # RPM
 set(CPACK_RPM_COMPONENT_INSTALL ON)
 set(CPACK_RPM_FILE_NAME RPM-DEFAULT)
-# (One License field for every RPM: CPack has none per component, so tutti-dkms says Apache-2.0
-# although the module is GPL-2.0, as its copyright file and sources say. Not fixed yet.)
 # CPack has one License for every component, but the kernel module is GPL-2.0: the tag picks by
 # the package's name, which the spec states before it (rpm's built-in Lua).
 set(CPACK_RPM_PACKAGE_LICENSE
