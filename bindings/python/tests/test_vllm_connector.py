@@ -6,6 +6,7 @@ prefill, preemption, aborts, async loads and damaged pools, and every KV positio
 attention reads is checked."""
 import random
 import struct
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -369,10 +370,13 @@ def test_a_lease_ends_once_its_load_ran(tmp_path, load_async):
         assert hit == 64
         req = Request("long", list(doc.prompt_token_ids), max_tokens=40)
         e.add(req)
-        for _ in range(200):
-            e.step()
-            if req.num_computed_tokens > len(req.prompt_token_ids):
-                break
+        # Until the first decoded token; steps that only wait for the async load sleep (on a busy
+        # machine 200 of them, unbounded by time, could pass before the load landed).
+        deadline = time.monotonic() + 60
+        while req.num_computed_tokens <= len(req.prompt_token_ids):
+            assert time.monotonic() < deadline, "the request made no progress"
+            if not e.step():
+                time.sleep(0.001)
         assert e.stats["loaded_tokens"] == 64 and req.status == "RUNNING"
         e.step()  # the next step's metadata: the lease is released
         assert "long" not in e.sched._queries
