@@ -64,6 +64,17 @@ std::optional<std::pair<unsigned, Endpoint>> parse_redirect(std::string_view msg
   return std::make_pair(slot, *at);
 }
 
+// Queues a command on the connection (binary-safe arguments); its reply comes with redisGetReply.
+void append(redisContext* c, const Command& cmd) {
+  std::vector<const char*> argv;
+  std::vector<size_t> argl;
+  for (auto a : cmd.args) {
+    argv.push_back(a.data());
+    argl.push_back(a.size());
+  }
+  redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), argl.data());
+}
+
 }  // namespace
 
 std::vector<Endpoint> parse_seeds(std::string_view uri) {
@@ -238,8 +249,6 @@ std::vector<Reply> Cluster::run(std::span<const Command> commands) {
   stats_.commands += n;
   const auto deadline = Clock::now() + timeout_;
   bool learn = false, wait = false;
-  std::vector<const char*> argv;
-  std::vector<size_t> argl;
   for (int round = 0; !pending.empty() && round < kMaxRounds && Clock::now() < deadline; ++round) {
     if (learn) refresh(deadline);
     if (wait)  // the cluster is failing over or loading: give it a moment
@@ -269,13 +278,7 @@ std::vector<Reply> Cluster::run(std::span<const Command> commands) {
       redisSetTimeout(c, until(deadline));
       for (size_t i : idx) {
         if (ask[i] >= 0) redisAppendCommand(c, "ASKING");
-        argv.clear();
-        argl.clear();
-        for (auto a : commands[i].args) {
-          argv.push_back(a.data());
-          argl.push_back(a.size());
-        }
-        redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), argl.data());
+        append(c, commands[i]);
       }
       for (size_t k = 0; k < idx.size(); ++k) {
         const size_t i = idx[k];
@@ -343,13 +346,9 @@ Reply Cluster::run_at(const Endpoint& at, const Command& cmd) {
   redisContext* c = connect(node, deadline, &why);
   if (!c) return Reply::failure("remote: " + why);
   redisSetTimeout(c, until(deadline));
-  std::vector<const char*> argv;
-  std::vector<size_t> argl;
-  for (auto a : cmd.args) {
-    argv.push_back(a.data());
-    argl.push_back(a.size());
-  }
-  auto* raw = static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), argl.data()));
+  append(c, cmd);
+  void* reply = nullptr;
+  auto* raw = redisGetReply(c, &reply) == REDIS_OK ? static_cast<redisReply*>(reply) : nullptr;
   if (!raw) {
     why = at.describe() + ": " + (c->errstr[0] ? c->errstr : "no reply");
     drop(node);
