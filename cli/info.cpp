@@ -22,6 +22,12 @@ namespace tutti::cli {
 
 namespace {
 
+#if TUTTI_HAVE_REMOTE
+constexpr bool kRemoteTier = true;  // option remote works (the build has hiredis)
+#else
+constexpr bool kRemoteTier = false;
+#endif
+
 struct BackendState {
   const char* name;
   std::string works;  // what it does, when it works here
@@ -73,6 +79,7 @@ void print_json(const std::string& gpu, const std::vector<BackendState>& bs, con
                 const char* picks) {
   std::printf("{\"schema\":1,\"version\":%s,\"abi\":%u,", json_string(tutti_version_string()).c_str(),
               tutti_version_number());
+  std::printf("\"remote_tier\":%s,", kRemoteTier ? "true" : "false");
   std::printf("\"cuda\":{\"available\":%s,\"devices\":%d,\"why_not\":%s},", gpu.empty() ? "true" : "false",
               gpu.empty() ? gpu::device_count() : 0, json_string(gpu).c_str());
   std::printf("\"backends\":[");
@@ -113,7 +120,7 @@ int cmd_info(int argc, char** argv) {
     return env_errors ? 2 : 0;
   }
   std::printf("tutti %s (C ABI %u)\n", tutti_version_string(), tutti_version_number());
-  std::printf("build: liburing, xxhash; CUDA: %s\n",
+  std::printf("build: liburing, xxhash%s; CUDA: %s\n", kRemoteTier ? ", hiredis (remote tier)" : " (no hiredis: no remote tier)",
               gpu.empty() ? ("yes, " + std::to_string(gpu::device_count()) + " device(s)").c_str()
                           : (gpu + " (host memory stands in for the GPU)").c_str());
   std::printf("backends:\n");

@@ -234,6 +234,23 @@ TUTTI_API const char* tutti_last_error(void);
  *                    died) is replaced; one a live runtime serves fails with TUTTI_EBUSY,
  *                    anything else there with TUTTI_EINVAL. Made owner-only (0600). Default:
  *                    none. Since 0.5.0.
+ *   remote           a shared tier below the pool, on a Redis Cluster: redis://host:port
+ *                    [,host:port...] (any of its nodes; default: none). Lookups go on in it
+ *                    past the pool's hit; loads take the chunks the pool lacks from it layer
+ *                    by layer, each value checked against the key it was read under and its
+ *                    checksum (a value that fails, or a node that does not answer in time,
+ *                    makes its chunk a miss: TUTTI_ENOENT), and copy them into the pool in
+ *                    the background; chunks stored in the pool are written to it in the
+ *                    background. A cluster that cannot be reached leaves the runtime on its
+ *                    pool alone, with a warning (tutti_set_log_callback), and is tried again
+ *                    every second. Leases do not pin its chunks. TUTTI_EUNSUPPORTED from
+ *                    tutti_runtime_register_kv in a build without hiredis. Since 0.7.0.
+ *   remote_timeout_ms  the deadline of every call to the remote tier (default 200).
+ *   remote_admit     all (default) | twice: the chunks written to the remote tier: every one
+ *                    stored, or those a lookup found again after they were stored.
+ *   remote_min_tokens  prefixes shorter than this are not written to the remote tier
+ *                    (default 0).
+ *   remote_promote   1 (default) | 0: copy chunks loaded from the remote tier into the pool.
  */
 typedef struct tutti_options tutti_options;
 
@@ -481,6 +498,13 @@ typedef struct tutti_stats {
   /* Since 0.2 (a caller built against 0.1 passes a smaller struct_size and gets the above). */
   uint64_t tier_hits;     /* chunk-layer loads served by the DRAM tier (option dram_tier) */
   uint64_t tier_misses;   /* chunk-layer loads it did not hold: read from the pool */
+  /* Since 0.7.0: the shared tier (option remote). */
+  uint64_t remote_hit_chunks;      /* chunks lookups found in it past the local pool's hit */
+  uint64_t remote_loaded_chunks;   /* chunks loads took from it, every layer checked */
+  uint64_t remote_written_chunks;  /* chunks written through to it */
+  uint64_t remote_promoted_chunks; /* chunks copied from it into the local pool */
+  uint64_t remote_rejected;        /* values refused (another key, shape or layer, bad checksum) */
+  uint64_t remote_errors;          /* calls to it that failed or ran past remote_timeout_ms */
 } tutti_stats;
 
 TUTTI_API int tutti_runtime_stats(const tutti_runtime* rt, tutti_stats* out);

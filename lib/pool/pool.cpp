@@ -462,6 +462,19 @@ DecodeStatus Pool::read_record(uint64_t slot, Record* out) const {
   return decode_record(reinterpret_cast<const uint8_t*>(buf.data()), uuid_, slot, geometry_.shape().layers, out);
 }
 
+void Pool::read_layer(uint64_t slot, uint32_t layer, void* buf) const {
+  TUTTI_EXPECT(slot < geometry_.slots() && layer < geometry_.shape().layers, "no such slot or layer");
+  const Extent e = geometry_.layer_extent(slot, layer);
+  pread_full(files_[e.file], buf, e.length, e.offset);
+}
+
+void Pool::write_layer(uint64_t slot, uint32_t layer, const void* buf) const {
+  TUTTI_EXPECT(slot < geometry_.slots() && layer < geometry_.shape().layers, "no such slot or layer");
+  TUTTI_EXPECT_CODE(!read_only_, TUTTI_EACCES, "a read-only view of a pool writes nothing");
+  const Extent e = geometry_.layer_extent(slot, layer);
+  pwrite_full(files_[e.file], buf, e.length, e.offset);
+}
+
 std::vector<Record> Pool::read_records(uint64_t* torn, std::vector<std::pair<uint64_t, DecodeStatus>>* bad_out) const {
   std::vector<Record> out;
   uint64_t bad = 0;

@@ -83,6 +83,10 @@ class Pool {
   // One slot's record as it is now (fsck re-reads what a live runtime may have changed).
   DecodeStatus read_record(uint64_t slot, Record* out) const;
   void write_tombstones(std::span<const uint64_t> slots) const;
+  // One chunk-layer extent of a slot, to or from 4 KiB-aligned memory of layer_bytes() (the
+  // shared tier's writer and promoter, which move whole chunks outside the layer paths).
+  void read_layer(uint64_t slot, uint32_t layer, void* buf) const;
+  void write_layer(uint64_t slot, uint32_t layer, const void* buf) const;
   // fdatasync of every file: data written before this call is durable after it.
   void sync() const;
 

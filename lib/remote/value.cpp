@@ -96,4 +96,8 @@ ValueStatus check_value(std::string_view value, const ValueId& id, uint64_t payl
   return payload_sum(h + kValueHeaderBytes, payload_bytes) == get64(h + 48) ? ValueStatus::kOk : ValueStatus::kBadChecksum;
 }
 
+uint64_t value_payload_sum(std::string_view value) {
+  return value.size() >= kValueHeaderBytes ? get64(reinterpret_cast<const uint8_t*>(value.data()) + 48) : 0;
+}
+
 }  // namespace tutti::remote

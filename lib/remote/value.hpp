@@ -54,5 +54,7 @@ const char* describe(ValueStatus s);
 // Checks a value read under `id`'s key, expecting `payload_bytes` of payload; on kOk the
 // payload is value.substr(kValueHeaderBytes).
 ValueStatus check_value(std::string_view value, const ValueId& id, uint64_t payload_bytes);
+// The payload checksum a checked value's header holds (a commit record's layer checksum).
+uint64_t value_payload_sum(std::string_view value);
 
 }  // namespace tutti::remote

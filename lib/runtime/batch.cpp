@@ -160,6 +160,12 @@ void Batch::plan() {
           const auto tails = rt_->tail_keys(parent, q.r.tokens + start, q.r.num_tokens - start);
           for (size_t t = (span.hi + g - 1) / g - 1; t < tails.size() && !slot; ++t) slot = index.pin(tails[t]);
         }
+        if (!slot && rt_->remote() && c < q.keys.size()) {  // a whole chunk the pool lacks: the tier's, perhaps
+          remote::RemoteChunk& rc = remote_chunks_.emplace_back();
+          rc.key = q.keys[c], rc.blocks = blocks, rc.span = span;
+          remote_owners_.push_back(Owner{ri, c, false});
+          continue;
+        }
         if (!slot) {
           q.status[c] = TUTTI_ENOENT;
           break;
@@ -210,7 +216,9 @@ void Batch::plan() {
     rt_->device()->begin_epoch(epoch_);
   }
   state_ = State::kRunning;
-  if (chunks_.empty()) {
+  parts_ = !chunks_.empty() + !remote_chunks_.empty();
+  layer_parts_.assign(layers_, 0);
+  if (parts_ == 0) {
     for (uint32_t l = 0; l < layers_; ++l) {
       layer_done_[l] = 1;
       if (epoch_) rt_->device()->mark_ready(l, epoch_);
@@ -219,7 +227,7 @@ void Batch::plan() {
     finish();
     return;
   }
-  unlanded_ = layers_;
+  unlanded_ = layers_ * parts_;
   if (by_layer()) rt_->by_layer_started(this);  // a close() cancels it
   rt_->scheduler().enqueue(this);
 }
@@ -275,7 +283,8 @@ void Batch::issue_layer(uint32_t layer) {
       }
     }
   }
-  run_->issue(layer);
+  if (run_) run_->issue(layer);
+  if (!remote_chunks_.empty()) rt_->remote()->load_layer(remote_chunks_, *this, layer);
 }
 
 void Batch::fail(uint32_t i, int code) {
@@ -289,10 +298,18 @@ void Batch::fail_all(int code) {
 
 void Batch::chunk_failed(uint32_t i, uint32_t layer, int code, const std::string& why) {
   fail(i, code);
-  if (why.empty()) return;
+  if (!why.empty()) note_error(owners_[i], layer, why);
+}
+
+void Batch::remote_failed(uint32_t i, uint32_t layer, const std::string& why) {
+  int expected = 0;
+  remote_chunks_[i].error.compare_exchange_strong(expected, TUTTI_ENOENT);
+  note_error(remote_owners_[i], layer, why);
+}
+
+void Batch::note_error(const Owner& o, uint32_t layer, const std::string& why) {
   std::lock_guard lock(mu_);
   if (!first_error_.empty()) return;
-  const Owner& o = owners_[i];
   first_error_ = "request " + std::to_string(o.req) + ", chunk " + std::to_string(reqs_[o.req].first_chunk + o.chunk) +
                  ", layer " + std::to_string(layer) + ": " + why;
 }
@@ -303,22 +320,32 @@ std::string Batch::first_error() const {
 }
 
 void Batch::layer_queued(uint32_t layer) {
-  if (epoch_) rt_->device()->mark_queued(layer, epoch_);
+  // With remote chunks, the layer is in place only once the tier has landed it too.
+  if (epoch_ && remote_chunks_.empty()) rt_->device()->mark_queued(layer, epoch_);
 }
 
-void Batch::layer_landed(uint32_t layer) {
-  if (epoch_) rt_->device()->mark_ready(layer, epoch_);  // stream waits may go on
+void Batch::layer_landed(uint32_t layer) { part_landed(layer); }
+
+void Batch::part_landed(uint32_t layer) {
+  bool whole;
   {
     std::lock_guard lock(mu_);
-    layer_done_[layer] = 1;
-    uint32_t p = done_prefix_.load();
-    while (p < layers_ && layer_done_[p]) ++p;
-    done_prefix_.store(p, std::memory_order_release);
+    whole = ++layer_parts_[layer] == parts_;
   }
-  cv_.notify_all();
-  rt_->scheduler().notify();  // the lookahead window moved
+  if (whole) {
+    if (epoch_) rt_->device()->mark_ready(layer, epoch_);  // stream waits may go on
+    {
+      std::lock_guard lock(mu_);
+      layer_done_[layer] = 1;
+      uint32_t p = done_prefix_.load();
+      while (p < layers_ && layer_done_[p]) ++p;
+      done_prefix_.store(p, std::memory_order_release);
+    }
+    cv_.notify_all();
+    rt_->scheduler().notify();  // the lookahead window moved
+  }
   if (unlanded_.fetch_sub(1) != 1) return;
-  run_->all_landed();
+  if (run_) run_->all_landed();
   if (is_load()) {
     rt_->scheduler().load_landed();  // stores may use the device again
     finish();
@@ -374,6 +401,15 @@ void Batch::commit() {
     }
   }
   rt_->counters().stored_chunks += records.size();
+  // Whole chunks now in the pool go on to the remote tier (in the background, if admitted).
+  if (remote::Tier* tier = rt_->remote()) {
+    const size_t ct = rt_->config().chunk_tokens;
+    for (size_t i = 0; i < chunks_.size(); ++i) {
+      const Request& q = reqs_[owners_[i].req];
+      const size_t c = owners_[i].chunk;
+      if (!chunks_[i].error.load() && (q.first_chunk + c + 1) * ct <= q.end) tier->offer(std::span(&q.keys[c], 1), q.end);
+    }
+  }
   finish();
 }
 
@@ -391,6 +427,17 @@ void Batch::finish() {
     }
     if (e) reqs_[owners_[i].req].status[owners_[i].chunk] = e;
   }
+  if (!remote_chunks_.empty()) {
+    std::vector<Key> loaded;
+    for (size_t i = 0; i < remote_chunks_.size(); ++i) {
+      const int e = remote_chunks_[i].error.load();
+      failed += e != 0;
+      if (e) reqs_[remote_owners_[i].req].status[remote_owners_[i].chunk] = e;
+      else loaded.push_back(remote_chunks_[i].key);
+    }
+    rt_->remote()->count_loaded(loaded.size());
+    rt_->remote()->promote(std::move(loaded));
+  }
   for (uint64_t slot : held_) rt_->index().unpin(slot);
   held_.clear();
   if (discarded)
@@ -398,7 +445,8 @@ void Batch::finish() {
                             first_error() + ")");
   else if (failed && log_enabled(TUTTI_LOG_INFO))
     log(TUTTI_LOG_INFO, std::string(is_load() ? "a load" : "a store") + ": " + std::to_string(failed) + " of " +
-                            std::to_string(chunks_.size()) + " chunk(s) failed (" + first_error() + ")");
+                            std::to_string(chunks_.size() + remote_chunks_.size()) + " chunk(s) failed (" +
+                            first_error() + ")");
   if (by_layer() && !chunks_.empty()) rt_->by_layer_ended(this);
   (is_load() ? c.load : c.store)
       .add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(

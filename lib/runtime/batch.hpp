@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "datapath/layer_path.hpp"
+#include "remote/tier.hpp"
 #include "resolver/key.hpp"
 #include "scheduler/scheduler.hpp"
 #include "tutti.h"
@@ -25,8 +26,10 @@ namespace tutti {
 class Runtime;
 
 // The batch orders layers, tracks what landed and reports results; how a layer's bytes move
-// is its LayerPath's business (datapath/layer_path.hpp).
-class Batch final : public Scheduled, private PathSink {
+// is its LayerPath's business (datapath/layer_path.hpp), or, for the chunks of a load that the
+// pool lacks and the remote tier holds, the tier's (remote/tier.hpp). A layer is done when
+// both have landed it.
+class Batch final : public Scheduled, private PathSink, private remote::LoadSink {
  public:
   Batch(std::shared_ptr<Runtime> rt, tutti_op op);
   ~Batch() override;  // waits for in-flight work
@@ -82,6 +85,11 @@ class Batch final : public Scheduled, private PathSink {
   void chunk_failed(uint32_t i, uint32_t layer, int code, const std::string& why) override;
   void layer_landed(uint32_t layer) override;
   void layer_queued(uint32_t layer) override;
+  // remote::LoadSink
+  void remote_failed(uint32_t i, uint32_t layer, const std::string& why) override;
+  void remote_landed(uint32_t layer) override { part_landed(layer); }
+  void part_landed(uint32_t layer);  // the path or the tier landed `layer`
+  void note_error(const Owner& o, uint32_t layer, const std::string& why);
   void fail(uint32_t i, int code);  // the first error of a chunk stays
   void fail_all(int code);
   void finish();                    // everything moved; results final
@@ -95,6 +103,9 @@ class Batch final : public Scheduled, private PathSink {
   std::vector<Request> reqs_;
   std::deque<PathChunk> chunks_;     // the chunks that need I/O
   std::vector<Owner> owners_;        // one per chunk
+  std::deque<remote::RemoteChunk> remote_chunks_;  // load: chunks the remote tier serves
+  std::vector<Owner> remote_owners_;               // one per remote chunk
+  uint32_t parts_ = 0;               // who lands each layer: the path, the remote tier, or both
   std::unique_ptr<PathRun> run_;
   // store: chunks another batch was writing at submit; settled (committed or failed) by the
   // owner's wait, never on the scheduler thread that commits the other batch.
@@ -108,6 +119,7 @@ class Batch final : public Scheduled, private PathSink {
   std::chrono::steady_clock::time_point submitted_;  // the load and store histograms' start
   uint64_t epoch_ = 0;               // CUDA memory: this load batch's number
   std::atomic<uint32_t> unlanded_{0};
+  std::vector<uint8_t> layer_parts_;  // parts that landed each layer; guarded by mu_
   std::vector<uint8_t> layer_done_;  // guarded by mu_
   std::atomic<uint32_t> done_prefix_{0};
   // Store by layer: the layers the engine declared ready (guarded by mu_), how many are ready

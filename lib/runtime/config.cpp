@@ -40,6 +40,11 @@ const std::vector<OptionInfo>& option_table() {
       {"rank", "0", "this runtime's rank among `ranks` (0 .. ranks-1): its share of the pool, and part of every chunk key"},
       {"kv_events", "0", "KV events (chunks stored and removed) kept for tutti_runtime_events (0: none)"},
       {"lookup_socket", "", "Unix socket path where the runtime answers lookups from other processes (tutti_lookup_client_open); empty: none"},
+      {"remote", "", "the shared tier below the pool: a Redis Cluster, redis://host:port[,host:port...] (any of its nodes; empty: none)"},
+      {"remote_timeout_ms", "200", "the deadline of every call to the remote tier: a chunk not answered by then is a miss"},
+      {"remote_admit", "all", "all | twice: which chunks stored in the pool are written through to the remote tier (twice: those a lookup found again)"},
+      {"remote_min_tokens", "0", "prefixes shorter than this many tokens are not written through to the remote tier"},
+      {"remote_promote", "1", "1 | 0: copy chunks loaded from the remote tier into the local pool"},
   };
   return table;
 }
@@ -153,6 +158,21 @@ void apply(Config& c, const std::string& key, const std::string& v) {
                  "option lookup_socket: '" + v + "' is longer than a Unix socket path may be (" +
                      std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) + " bytes)");
     c.lookup_socket = v;
+  } else if (key == "remote") {
+    if (!v.empty()) {
+      TUTTI_EXPECT(v.find_first_of(" \t\n") == std::string::npos && v.find(':') != std::string::npos,
+                   "option remote: '" + v + "' is not redis://host:port[,host:port...]");
+    }
+    c.remote = v;
+  } else if (key == "remote_timeout_ms") {
+    c.remote_timeout_ms = count_of(key, v, 1, 600000);
+  } else if (key == "remote_admit") {
+    TUTTI_EXPECT(v == "all" || v == "twice", "option remote_admit: '" + v + "' is not all or twice");
+    c.remote_admit = v == "all" ? 1 : 2;
+  } else if (key == "remote_min_tokens") {
+    c.remote_min_tokens = count_of(key, v, 0, UINT32_MAX);
+  } else if (key == "remote_promote") {
+    c.remote_promote = flag_of(key, v);
   } else {
     fail(TUTTI_EINVAL, "unknown option '" + key + "'");
   }

@@ -52,6 +52,11 @@ struct Config {
   uint32_t rank = 0;   // this one's share
   uint32_t kv_events = 0;  // events kept for tutti_runtime_events; 0: none
   std::string lookup_socket;  // "": no lookup service
+  std::string remote;         // the shared tier's cluster; "": none
+  uint32_t remote_timeout_ms = 0;
+  uint32_t remote_admit = 1;  // sightings before a chunk is written through: all 1, twice 2
+  uint64_t remote_min_tokens = 0;
+  bool remote_promote = true;
 };
 
 struct OptionInfo {

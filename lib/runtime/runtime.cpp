@@ -24,6 +24,7 @@ Runtime::Runtime(Config cfg) : cfg_(std::move(cfg)) {
 Runtime::~Runtime() {
   lookup_server_.reset();
   scheduler_.reset();  // drains queued batches
+  remote_.reset();     // finishes its write-throughs
   gpu_uring_.reset();  // waits for the GPU's layers in flight
   load_backend_.reset();
   backend_.reset();    // joins I/O threads
@@ -46,6 +47,7 @@ void Runtime::close() {
   // The same order as the destructor; the device, index and binding stay for the batches
   // that outlive the handle (their results, their pinned descriptors).
   scheduler_.reset();
+  remote_.reset();  // finishes its write-throughs, which read the pool
   load_path_.reset();
   store_path_.reset();
   gpu_uring_.reset();
@@ -157,6 +159,18 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   }
   auto stale = index->recover(pool->read_records(&torn_records_));
   pool->write_tombstones(stale);
+
+  // The shared tier below the pool; its parts keep their addresses when moved into the runtime.
+  std::unique_ptr<remote::Tier> remote_tier;
+  if (!cfg_.remote.empty()) {
+    remote::TierOptions ro;
+    ro.uri = cfg_.remote;
+    ro.timeout = std::chrono::milliseconds(cfg_.remote_timeout_ms);
+    ro.admit_sightings = cfg_.remote_admit;
+    ro.min_tokens = cfg_.remote_min_tokens;
+    ro.promote = cfg_.remote_promote;
+    remote_tier = remote::make_tier(ro, remote::TierParts{index.get(), pool.get(), binding.get()});
+  }
 
   std::unique_ptr<DramPool> dram_pool;
   if (b == BackendKind::kDram) dram_pool = std::make_unique<DramPool>(*pool, device.get());
@@ -270,6 +284,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
                                                          "chunks were dropped (an interrupted store, or a damaged "
                                                          "device; tutti fsck tells more)");
   device_ = std::move(device);
+  remote_ = std::move(remote_tier);
   scheduler_ = std::make_unique<Scheduler>(cfg_.lookahead, static_cast<int>(cfg_.store_nice), reads_first_);
   binding_ = std::move(binding);
   registered_.store(true, std::memory_order_release);  // lookup service threads may look now
@@ -293,7 +308,14 @@ size_t Runtime::lookup(const int32_t* tokens, size_t n, const void* salt, size_t
   size_t hit = index_->match_prefix(
       keys, [&](size_t whole) { return tail_keys(whole ? keys[whole - 1] : root, tokens + whole * ct, n - whole * ct); },
       &tail);
+  if (size_t more = look_further(keys, hit)) hit += more, tail = 0;  // a whole chunk is longer than a partial one
   return count_lookup(hit, tail, n);
+}
+
+size_t Runtime::look_further(std::span<const Key> keys, size_t local) {
+  if (!remote_) return 0;
+  if (local) remote_->offer(keys.first(local), local * cfg_.chunk_tokens);  // sightings, for admission
+  return local < keys.size() ? remote_->present(keys.subspan(local)) : 0;
 }
 
 size_t Runtime::count_lookup(size_t whole, size_t tail, size_t n) {
@@ -320,10 +342,15 @@ uint64_t Runtime::lookup_lease(const int32_t* tokens, size_t n, const void* salt
     if (!slot) break;
     lease.slots.push_back(*slot);
   }
-  const size_t whole = lease.slots.size();
+  size_t whole = lease.slots.size();
+  // Chunks of the remote tier are not pinned: the cluster may evict them before the load, which
+  // then misses them as it misses any chunk the cluster lost.
+  const size_t remote = look_further(keys, whole);
   size_t tail = 0;
-  const auto tails = tail_keys(whole ? keys[whole - 1] : root, tokens + whole * cfg_.chunk_tokens,
-                               n - whole * cfg_.chunk_tokens);
+  const auto tails = remote ? std::vector<Key>{}
+                            : tail_keys(whole ? keys[whole - 1] : root, tokens + whole * cfg_.chunk_tokens,
+                                        n - whole * cfg_.chunk_tokens);
+  whole += remote;
   for (size_t i = tails.size(); i-- > 0 && !tail;)  // the longest partial chunk that follows
     if (auto slot = index_->pin(tails[i])) {
       lease.slots.push_back(*slot);
@@ -381,6 +408,15 @@ tutti_stats Runtime::stats() const {
   if (tier_) {
     s.tier_hits = tier_->hits();
     s.tier_misses = tier_->misses();
+  }
+  if (remote_) {
+    const auto r = remote_->stats();
+    s.remote_hit_chunks = r.hit_chunks;
+    s.remote_loaded_chunks = r.loaded_chunks;
+    s.remote_written_chunks = r.written_chunks;
+    s.remote_promoted_chunks = r.promoted_chunks;
+    s.remote_rejected = r.rejected;
+    s.remote_errors = r.errors;
   }
   if (index_) {
     s.evictions = index_->evictions();

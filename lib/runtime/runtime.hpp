@@ -27,6 +27,7 @@
 #include "kernels/device.hpp"
 #include "resolver/key.hpp"
 #include "pool/pool.hpp"
+#include "remote/tier.hpp"
 #include "runtime/config.hpp"
 #include "scheduler/scheduler.hpp"
 #include "tutti.h"
@@ -76,6 +77,8 @@ class Runtime {
   void histogram(int kind, tutti_histogram* out) const;
   // KV events (option kv_events): null without them.
   KvEvents* events() { return events_.get(); }
+  // The shared tier below the pool (option remote): null without one.
+  remote::Tier* remote() { return remote_.get(); }
 
   // For batches and the scheduler; valid once registered.
   void require_registered() const;
@@ -98,6 +101,9 @@ class Runtime {
   // Counts a lookup of an n-token prompt that found `whole` chunks and a partial chunk of
   // `tail` granules; returns the hit in tokens.
   size_t count_lookup(size_t whole, size_t tail, size_t n);
+  // With a remote tier: the local hit (`local` chunks of `keys`) counts as a sighting of its
+  // chunks, and the number of chunks after it that the tier holds is returned. Else 0.
+  size_t look_further(std::span<const Key> keys, size_t local);
   uint64_t torn_records() const { return torn_records_; }
   uint64_t next_load_epoch() { return ++load_epoch_; }
 
@@ -129,6 +135,7 @@ class Runtime {
   std::shared_ptr<DramTier> tier_;  // also held by the backends in front of which it sits
   std::unique_ptr<GpuUring> gpu_uring_;
   std::unique_ptr<LayerPath> load_path_, store_path_;
+  std::unique_ptr<remote::Tier> remote_;  // uses the pool, index and binding; stopped before them
   std::unique_ptr<Scheduler> scheduler_;  // last: stopped first
   std::unique_ptr<LookupServer> lookup_server_;  // stopped before anything it asks goes
   uint64_t torn_records_ = 0;

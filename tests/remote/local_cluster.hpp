@@ -124,6 +124,17 @@ class LocalCluster {
     for (size_t i = 0; i < pids_.size(); ++i)
       if (pids_[i] > 0) kill(i);
   }
+  // Every replica has synced with its master (a master killed before its replica synced has no
+  // successor: the replica refuses to fail over, its data too old).
+  bool replicas_in_sync() const {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (pids_[i] <= 0) continue;
+      const std::string info = node_command(nodes[i], "INFO replication");
+      if (info.find("role:slave") != std::string::npos && info.find("master_link_status:up") == std::string::npos)
+        return false;
+    }
+    return true;
+  }
   size_t index_of(const Endpoint& e) const {
     for (size_t i = 0; i < nodes.size(); ++i)
       if (nodes[i] == e) return i;

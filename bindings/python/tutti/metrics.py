@@ -27,6 +27,12 @@ METRICS: List[Tuple[str, str, str, str]] = [
     ("layer_wait_ns", "tutti_layer_wait_seconds_total", "counter", "Time spent blocked in layer waits"),
     ("tier_hits", "tutti_tier_hits_total", "counter", "Chunk-layer loads served by the DRAM tier"),
     ("tier_misses", "tutti_tier_misses_total", "counter", "Chunk-layer loads the DRAM tier did not hold"),
+    ("remote_hit_chunks", "tutti_remote_hit_chunks_total", "counter", "Chunks lookups found in the remote tier past the pool"),
+    ("remote_loaded_chunks", "tutti_remote_loaded_chunks_total", "counter", "Chunks loads took from the remote tier"),
+    ("remote_written_chunks", "tutti_remote_written_chunks_total", "counter", "Chunks written through to the remote tier"),
+    ("remote_promoted_chunks", "tutti_remote_promoted_chunks_total", "counter", "Chunks copied from the remote tier into the pool"),
+    ("remote_rejected", "tutti_remote_rejected_values_total", "counter", "Remote values refused (another key, shape or layer, bad checksum)"),
+    ("remote_errors", "tutti_remote_errors_total", "counter", "Calls to the remote tier that failed or ran past their deadline"),
 ]
 PER_LAYER = ("tutti_layer_wait_by_layer_seconds_total", "counter", "Time spent blocked waiting for each layer")
 # (Runtime.histogram kind, metric name, help): latency histograms.

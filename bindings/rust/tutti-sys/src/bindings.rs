@@ -843,12 +843,18 @@ pub struct tutti_stats {
     pub layer_wait_ns: u64,
     pub tier_hits: u64,
     pub tier_misses: u64,
+    pub remote_hit_chunks: u64,
+    pub remote_loaded_chunks: u64,
+    pub remote_written_chunks: u64,
+    pub remote_promoted_chunks: u64,
+    pub remote_rejected: u64,
+    pub remote_errors: u64,
 }
 #[test]
 fn bindgen_test_layout_tutti_stats() {
     assert_eq!(
         ::std::mem::size_of::<tutti_stats>(),
-        128usize,
+        176usize,
         concat!("Size of: ", stringify!(tutti_stats))
     );
     assert_eq!(
@@ -1145,6 +1151,108 @@ fn bindgen_test_layout_tutti_stats() {
         );
     }
     test_field_tier_misses();
+    fn test_field_remote_hit_chunks() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<tutti_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).remote_hit_chunks) as usize - ptr as usize
+            },
+            128usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(tutti_stats),
+                "::",
+                stringify!(remote_hit_chunks)
+            )
+        );
+    }
+    test_field_remote_hit_chunks();
+    fn test_field_remote_loaded_chunks() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<tutti_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).remote_loaded_chunks) as usize - ptr as usize
+            },
+            136usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(tutti_stats),
+                "::",
+                stringify!(remote_loaded_chunks)
+            )
+        );
+    }
+    test_field_remote_loaded_chunks();
+    fn test_field_remote_written_chunks() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<tutti_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).remote_written_chunks) as usize - ptr as usize
+            },
+            144usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(tutti_stats),
+                "::",
+                stringify!(remote_written_chunks)
+            )
+        );
+    }
+    test_field_remote_written_chunks();
+    fn test_field_remote_promoted_chunks() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<tutti_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).remote_promoted_chunks) as usize - ptr as usize
+            },
+            152usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(tutti_stats),
+                "::",
+                stringify!(remote_promoted_chunks)
+            )
+        );
+    }
+    test_field_remote_promoted_chunks();
+    fn test_field_remote_rejected() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<tutti_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).remote_rejected) as usize - ptr as usize
+            },
+            160usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(tutti_stats),
+                "::",
+                stringify!(remote_rejected)
+            )
+        );
+    }
+    test_field_remote_rejected();
+    fn test_field_remote_errors() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<tutti_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).remote_errors) as usize - ptr as usize
+            },
+            168usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(tutti_stats),
+                "::",
+                stringify!(remote_errors)
+            )
+        );
+    }
+    test_field_remote_errors();
 }
 extern "C" {
     pub fn tutti_runtime_stats(

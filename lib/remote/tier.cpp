@@ -1,0 +1,467 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "remote/tier.hpp"
+
+#include "common/error.hpp"
+
+#if TUTTI_HAVE_REMOTE
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "binding/kv_binding.hpp"
+#include "common/fd.hpp"
+#include "common/log.hpp"
+#include "common/thread_name.hpp"
+#include "index/index.hpp"
+#include "kernels/device.hpp"
+#include "pool/pool.hpp"
+#include "remote/redis_cluster.hpp"
+#include "remote/value.hpp"
+
+namespace tutti::remote {
+
+namespace {
+
+constexpr auto kRetryAfter = std::chrono::seconds(1);  // how long an unreachable cluster is left alone
+constexpr size_t kMaxSightings = size_t{1} << 20;     // chunk keys the admission remembers
+constexpr size_t kLayersPerCall = 8;                   // load layers pipelined in one call
+constexpr uint8_t kWritten = UINT8_MAX;                // a sighting count: written through already
+
+class RedisTier final : public Tier {
+ public:
+  RedisTier(const TierOptions& opts, const TierParts& parts);
+  ~RedisTier() override;
+
+  size_t present(std::span<const Key> keys) override;
+  void load_layer(std::deque<RemoteChunk>& chunks, LoadSink& sink, uint32_t layer) override;
+  void offer(std::span<const Key> keys, uint64_t prefix_tokens) override;
+  void promote(std::vector<Key> keys) override;
+  void count_loaded(uint64_t chunks) override { loaded_ += chunks; }
+  TierStats stats() const override;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct LoadJob {
+    std::deque<RemoteChunk>* chunks;
+    LoadSink* sink;
+    uint32_t layer;
+  };
+  struct Job {
+    Key key;
+    bool promote;  // else a write-through
+  };
+
+  ValueId id(const Key& k, uint32_t layer) const { return ValueId{k, shape_, layer}; }
+  // The cluster is left alone while it was unreachable less than kRetryAfter ago.
+  bool resting() const { return Clock::now().time_since_epoch().count() < rest_until_.load(); }
+  void unreachable(const std::string& why);
+  void reachable();
+  // A client for this thread's use: `c` as it is, or a new one; null while resting or when
+  // no node answers.
+  bool ready(std::unique_ptr<Cluster>& c);
+  // After a call: errors counted, and a call that every node left unanswered rests the tier.
+  void judge(const std::vector<Reply>& replies);
+
+  void load_loop();
+  void serve(const std::vector<LoadJob>& jobs);
+  void background_loop();
+  void write_through(const Key& key);
+  void promote_one(const Key& key);
+
+  const TierOptions opts_;
+  const TierParts parts_;
+  const std::vector<Endpoint> seeds_;
+  const uint64_t shape_;
+  const uint32_t layers_;
+  const uint64_t layer_bytes_;
+  std::atomic<int64_t> rest_until_{0};
+  std::atomic<bool> warned_{false};  // the current outage was reported
+
+  std::mutex clients_mu_;
+  std::vector<std::unique_ptr<Cluster>> idle_;  // lookups' clients, one per concurrent lookup
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::deque<LoadJob> loads_;
+  std::deque<Job> jobs_;
+  std::unordered_map<Key, uint8_t, KeyHash> sightings_;
+  std::unique_ptr<Cluster> loader_, writer_;  // each used by its thread alone
+
+  std::atomic<uint64_t> hits_{0}, loaded_{0}, written_{0}, promoted_{0}, rejected_{0}, errors_{0};
+  std::thread load_thread_, background_thread_;  // last: they use everything above
+};
+
+RedisTier::RedisTier(const TierOptions& opts, const TierParts& parts)
+    : opts_(opts),
+      parts_(parts),
+      seeds_(parse_seeds(opts.uri)),
+      shape_(shape_fingerprint(parts.kv->shape())),
+      layers_(parts.kv->shape().layers),
+      layer_bytes_(parts.kv->shape().layer_bytes()) {
+  std::unique_ptr<Cluster> first;
+  if (ready(first)) idle_.push_back(std::move(first));  // else warned: the tier rests a while
+  load_thread_ = std::thread([this] {
+    name_this_thread("tutti-rload");
+    load_loop();
+  });
+  background_thread_ = std::thread([this] {
+    name_this_thread("tutti-rwrite");
+    background_loop();
+  });
+}
+
+RedisTier::~RedisTier() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  load_thread_.join();
+  background_thread_.join();
+}
+
+void RedisTier::unreachable(const std::string& why) {
+  errors_++;
+  rest_until_ = (Clock::now() + kRetryAfter).time_since_epoch().count();
+  if (!warned_.exchange(true))
+    log(TUTTI_LOG_WARN, "remote tier: the cluster at " + opts_.uri + " does not answer (" + why +
+                            "): lookups and loads use the local pool alone; trying again every second");
+}
+
+void RedisTier::reachable() {
+  if (warned_.exchange(false)) log(TUTTI_LOG_WARN, "remote tier: the cluster at " + opts_.uri + " answers again");
+}
+
+bool RedisTier::ready(std::unique_ptr<Cluster>& c) {
+  if (resting()) return false;
+  if (c) return true;
+  try {
+    c = std::make_unique<Cluster>(seeds_, opts_.timeout);
+    return true;
+  } catch (const Error& e) {
+    unreachable(e.what());
+    return false;
+  }
+}
+
+void RedisTier::judge(const std::vector<Reply>& replies) {
+  size_t failed = 0;
+  const Reply* first = nullptr;
+  for (const Reply& r : replies)
+    if (!r.ok()) failed++, first = first ? first : &r;
+  if (!failed) return reachable();
+  if (failed == replies.size()) return unreachable(std::string(first->str()));
+  errors_ += failed;  // some nodes answer: the failover of the others may be under way
+}
+
+size_t RedisTier::present(std::span<const Key> keys) {
+  if (keys.empty() || resting()) return 0;
+  std::unique_ptr<Cluster> c;
+  {
+    std::lock_guard lock(clients_mu_);
+    if (!idle_.empty()) c = std::move(idle_.back()), idle_.pop_back();
+  }
+  if (!ready(c)) return 0;
+  std::vector<std::string> names;
+  names.reserve(keys.size());
+  std::vector<Command> cmds;
+  cmds.reserve(keys.size());
+  for (const Key& k : keys) {
+    names.push_back(value_key(id(k, layers_ - 1)));
+    cmds.push_back(Command{{"EXISTS", names.back()}, names.back()});
+  }
+  const auto replies = c->run(cmds);
+  judge(replies);
+  size_t n = 0;
+  while (n < replies.size() && replies[n].type() == Reply::Type::kInteger && replies[n].integer() == 1) ++n;
+  hits_ += n;
+  std::lock_guard lock(clients_mu_);
+  idle_.push_back(std::move(c));
+  return n;
+}
+
+void RedisTier::load_layer(std::deque<RemoteChunk>& chunks, LoadSink& sink, uint32_t layer) {
+  {
+    std::lock_guard lock(mu_);
+    loads_.push_back(LoadJob{&chunks, &sink, layer});
+  }
+  cv_.notify_all();
+}
+
+void RedisTier::load_loop() {
+  for (;;) {
+    std::vector<LoadJob> jobs;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !loads_.empty(); });
+      if (loads_.empty()) return;  // stopping, and no batch waits for a layer
+      while (!loads_.empty() && jobs.size() < kLayersPerCall) jobs.push_back(loads_.front()), loads_.pop_front();
+    }
+    serve(jobs);
+    cv_.notify_all();  // the background thread waits while loads are queued
+  }
+}
+
+// One call for the layers queued together: every GET pipelined, then each layer checked,
+// scattered and reported in order.
+void RedisTier::serve(const std::vector<LoadJob>& jobs) {
+  struct Get {
+    size_t job;
+    uint32_t chunk;
+  };
+  std::vector<Get> gets;
+  std::vector<std::string> names;
+  for (size_t j = 0; j < jobs.size(); ++j)
+    for (uint32_t i = 0; i < jobs[j].chunks->size(); ++i)
+      if (!(*jobs[j].chunks)[i].error.load()) gets.push_back(Get{j, i});
+  names.reserve(gets.size());
+  std::vector<Command> cmds;
+  cmds.reserve(gets.size());
+  for (const Get& g : gets) {
+    names.push_back(value_key(id((*jobs[g.job].chunks)[g.chunk].key, jobs[g.job].layer)));
+    cmds.push_back(Command{{"GET", names.back()}, names.back()});
+  }
+  std::vector<Reply> replies;
+  if (!cmds.empty() && ready(loader_)) {
+    replies = loader_->run(cmds);
+    judge(replies);
+  }
+  const KvBinding& kv = *parts_.kv;
+  uint64_t refused = 0;
+  std::string first_refusal;
+  size_t g = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const LoadJob& job = jobs[j];
+    for (; g < gets.size() && gets[g].job == j; ++g) {
+      RemoteChunk& c = (*job.chunks)[gets[g].chunk];
+      if (c.error.load()) continue;  // an earlier layer of this call failed it
+      std::string why;
+      if (replies.empty()) {
+        why = "the remote tier is unreachable";
+      } else if (const Reply& r = replies[g]; r.type() == Reply::Type::kNil) {
+        why = "not in the remote tier (evicted, or its write was lost)";
+      } else if (!r.ok() || r.type() != Reply::Type::kString) {
+        why = "the remote tier: " + std::string(r.str());
+      } else if (auto s = check_value(r.str(), id(c.key, job.layer), layer_bytes_); s != ValueStatus::kOk) {
+        why = std::string("a remote value was refused: ") + describe(s);
+        if (!refused++) first_refusal = why;
+      } else {
+        const auto* payload = reinterpret_cast<const std::byte*>(r.str().data() + kValueHeaderBytes);
+        try {
+          if (kv.on_device())  // one copy per run: the blocks are not the CPU's to write
+            kv.for_each_run(job.layer, c.blocks, c.span, 0, layer_bytes_,
+                            [&](const MemRun& m) { gpu::copy_to_device(m.addr, payload + m.obj_off, m.len); });
+          else
+            kv.scatter(job.layer, c.blocks, c.span, 0, layer_bytes_, payload);
+          continue;
+        } catch (const Error& e) {
+          why = std::string("copying a remote value into the KV cache: ") + e.what();
+        }
+      }
+      int expected = 0;
+      c.error.compare_exchange_strong(expected, TUTTI_ENOENT);
+      job.sink->remote_failed(gets[g].chunk, job.layer, why);
+    }
+    job.sink->remote_landed(job.layer);  // the last touch of the job's batch
+  }
+  if (refused) {
+    rejected_ += refused;
+    log(TUTTI_LOG_WARN, "remote tier: " + std::to_string(refused) + " value(s) refused, loaded as misses (" +
+                            first_refusal + ")");
+  }
+}
+
+void RedisTier::offer(std::span<const Key> keys, uint64_t prefix_tokens) {
+  if (prefix_tokens < opts_.min_tokens || keys.empty()) return;
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) return;
+    if (sightings_.size() + keys.size() > kMaxSightings) sightings_.clear();  // forget, rather than grow
+    for (const Key& k : keys) {
+      uint8_t& seen = sightings_[k];
+      if (seen == kWritten) continue;
+      // A store is a sighting; a lookup that finds a chunk stored earlier is the next one.
+      if (++seen < opts_.admit_sightings) continue;
+      seen = kWritten;
+      jobs_.push_back(Job{k, false});
+    }
+  }
+  cv_.notify_all();
+}
+
+void RedisTier::promote(std::vector<Key> keys) {
+  if (!opts_.promote || keys.empty()) return;
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) return;
+    for (const Key& k : keys) {
+      sightings_[k] = kWritten;  // the cluster has it: lookups of the promoted copy write nothing
+      jobs_.push_back(Job{k, true});
+    }
+  }
+  cv_.notify_all();
+}
+
+void RedisTier::background_loop() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock lock(mu_);
+      // Loads first: nothing is written while a batch waits for remote layers.
+      cv_.wait(lock, [&] { return stop_ || (!jobs_.empty() && loads_.empty()); });
+      if (stop_ && jobs_.empty()) return;
+      if (stop_ && jobs_.front().promote) {  // at close, write-throughs finish; promotions go
+        jobs_.pop_front();
+        continue;
+      }
+      if (!loads_.empty()) continue;
+      job = jobs_.front();
+      jobs_.pop_front();
+    }
+    try {
+      if (job.promote)
+        promote_one(job.key);
+      else
+        write_through(job.key);
+    } catch (const Error& e) {
+      errors_++;
+      log(TUTTI_LOG_WARN, std::string("remote tier: ") + (job.promote ? "a promotion" : "a write-through") +
+                              " failed: " + e.what());
+    }
+  }
+}
+
+// A committed chunk from the pool to the cluster: every layer read and checked against the
+// commit record (rot in the pool is not spread), then SET in layer order on its node.
+void RedisTier::write_through(const Key& key) {
+  if (!ready(writer_)) return;
+  Index& index = *parts_.index;
+  const auto slot = index.pin(key);
+  if (!slot) return;  // evicted since
+  // Each value is [64-byte header][payload]; payloads start 4 KiB-aligned, for O_DIRECT reads.
+  const uint64_t stride = kIoAlign + layer_bytes_;
+  AlignedBuffer buf(stride * layers_);
+  std::vector<uint64_t> sums;
+  bool sound = true;
+  try {
+    sums = index.layer_sums(*slot);
+    for (uint32_t l = 0; l < layers_; ++l) {
+      std::byte* payload = buf.data() + l * stride + kIoAlign;
+      parts_.pool->read_layer(*slot, l, payload);
+      sound = sound && payload_sum(payload, layer_bytes_) == sums[l];
+    }
+  } catch (...) {
+    index.unpin(*slot);
+    throw;
+  }
+  index.unpin(*slot);
+  if (!sound) {
+    log(TUTTI_LOG_WARN, "remote tier: a chunk read from the pool does not match its commit record: not written "
+                        "through (tutti fsck checks the pool)");
+    return;
+  }
+  std::vector<std::string> names;
+  names.reserve(layers_);
+  std::vector<Command> cmds;
+  cmds.reserve(layers_);
+  for (uint32_t l = 0; l < layers_; ++l) {
+    auto* value = reinterpret_cast<uint8_t*>(buf.data() + l * stride + kIoAlign - kValueHeaderBytes);
+    encode_value_header(id(key, l), layer_bytes_, sums[l], value);
+    names.push_back(value_key(id(key, l)));
+    cmds.push_back(Command{{"SET", names.back(),
+                            std::string_view(reinterpret_cast<const char*>(value), kValueHeaderBytes + layer_bytes_)},
+                           names.back()});
+  }
+  const auto replies = writer_->run(cmds);
+  judge(replies);
+  if (std::all_of(replies.begin(), replies.end(), [](const Reply& r) { return r.ok(); })) written_++;
+}
+
+// A chunk a load took from the cluster, into the local pool: read again, checked, written to
+// a slot claimed as a store claims one, and committed as a store commits.
+void RedisTier::promote_one(const Key& key) {
+  Index& index = *parts_.index;
+  if (auto slot = index.pin(key)) {  // stored here meanwhile
+    index.unpin(*slot);
+    return;
+  }
+  if (!ready(writer_)) return;
+  std::vector<std::string> names;
+  std::vector<Command> cmds;
+  names.reserve(layers_);
+  for (uint32_t l = 0; l < layers_; ++l) {
+    names.push_back(value_key(id(key, l)));
+    cmds.push_back(Command{{"GET", names.back()}, names.back()});
+  }
+  const auto replies = writer_->run(cmds);
+  judge(replies);
+  std::vector<uint64_t> sums(layers_);
+  for (uint32_t l = 0; l < layers_; ++l) {
+    const Reply& r = replies[l];
+    if (r.type() != Reply::Type::kString) return;  // gone, or no answer: stays remote
+    if (check_value(r.str(), id(key, l), layer_bytes_) != ValueStatus::kOk) {
+      rejected_++;
+      return;
+    }
+    sums[l] = value_payload_sum(r.str());
+  }
+  const auto a = index.allocate(key);
+  if (a.claim == Index::Claim::kPresent) index.unpin(a.slot);
+  if (a.claim != Index::Claim::kAllocated) return;  // present, being stored, or no room
+  bool dirty = a.reused;
+  try {
+    if (a.reused) parts_.pool->write_tombstones(std::span(&a.slot, 1));
+    dirty = false;
+    AlignedBuffer payload(layer_bytes_);
+    for (uint32_t l = 0; l < layers_; ++l) {
+      std::memcpy(payload.data(), replies[l].str().data() + kValueHeaderBytes, layer_bytes_);
+      parts_.pool->write_layer(a.slot, l, payload.data());
+    }
+    parts_.pool->sync();
+    const Record record{a.slot, index.next_generation(), key, sums};
+    dirty = true;  // from here a record of the slot may be durable
+    parts_.pool->write_records(std::span(&record, 1));
+    index.commit(a.slot, record.generation, std::move(sums));
+  } catch (...) {
+    index.abandon(a.slot, dirty);
+    throw;
+  }
+  promoted_++;
+}
+
+TierStats RedisTier::stats() const {
+  TierStats s;
+  s.hit_chunks = hits_;
+  s.loaded_chunks = loaded_;
+  s.written_chunks = written_;
+  s.promoted_chunks = promoted_;
+  s.rejected = rejected_;
+  s.errors = errors_;
+  return s;
+}
+
+}  // namespace
+
+std::unique_ptr<Tier> make_tier(const TierOptions& opts, const TierParts& parts) {
+  return std::make_unique<RedisTier>(opts, parts);
+}
+
+}  // namespace tutti::remote
+
+#else
+
+namespace tutti::remote {
+
+std::unique_ptr<Tier> make_tier(const TierOptions&, const TierParts&) {
+  fail(TUTTI_EUNSUPPORTED, "option remote: this libtutti was built without hiredis (Debian: libhiredis-dev), so it has "
+                           "no remote tier");
+}
+
+}  // namespace tutti::remote
+
+#endif
