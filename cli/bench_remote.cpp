@@ -5,12 +5,13 @@
 // connection, with 1, 2, 4, ... --remote-connections connections (a thread and a client each).
 // Every value read back is checked (header, checksum) and compared with what was written; the
 // keys are deleted afterwards. CPU per GB moved: this process's (the client's), and the
-// servers' own (INFO cpu of each master, and of its replicas, which copy every write).
+// servers' own (INFO cpu of each master, and of its replicas, which copy every write). Then the
+// tier itself, through two runtimes: one writes the prompt through, the other loads it.
 #include "args.hpp"
 #include "bench.hpp"
 
 #ifdef TUTTI_HAVE_REMOTE
-#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,12 +24,15 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "clock.hpp"
 #include "common/error.hpp"
 #include "common/units.hpp"
 #include "output.hpp"
 #include "remote/redis_cluster.hpp"
 #include "remote/value.hpp"
+#include "pool/pool.hpp"
 #include "resolver/key.hpp"
+#include "tutti.h"
 
 namespace tutti::cli {
 
@@ -38,13 +42,6 @@ using remote::Cluster;
 using remote::Command;
 using remote::Endpoint;
 using remote::Reply;
-
-double process_cpu_s() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
 
 // used_cpu_sys + used_cpu_user of every node's INFO cpu; -1 where a node does not say.
 double servers_cpu_s(Cluster& c, const std::vector<Endpoint>& nodes) {
@@ -92,6 +89,61 @@ struct Phase {
   size_t failed = 0, wrong = 0;
 };
 
+// A runtime of the tier phases: a pool of its own, the bench's KV cache, the cluster as its
+// remote tier (no promotion: every load of B comes from the cluster). Null on failure (said).
+tutti_runtime* open_tier_runtime(const BenchArgs& a, const std::string& pool, const std::string& ns, KvCache& kv) {
+  const Model& m = *a.model;
+  const Shape shape{m.layers, m.heads, m.head_dim, m.elem_bytes, a.chunk_tokens, false};
+  ::unlink(pool.c_str());
+  tutti_options* o = nullptr;
+  tutti_options_create(&o);
+  int rc = 0;
+  const std::pair<const char*, std::string> opts[] = {
+      {"pool", pool},
+      {"capacity", std::to_string(Geometry::file_bytes_for(shape, a.tokens / a.chunk_tokens + 1))},
+      {"chunk_tokens", std::to_string(a.chunk_tokens)},
+      {"partial_tokens", "0"},
+      {"namespace", ns},
+      {"remote", a.remote},
+      {"remote_timeout_ms", std::to_string(a.remote_timeout_ms)},
+      {"remote_promote", "0"}};
+  for (const auto& [k, v] : opts)
+    if (!rc && (rc = tutti_options_set(o, k, v.c_str()))) call_failed(k, rc);
+  tutti_runtime* rt = nullptr;
+  if (!rc && (rc = tutti_runtime_open(o, &rt))) call_failed("open", rc);
+  tutti_options_destroy(o);
+  const tutti_kv_layout layout = kv.layout();
+  if (!rc && (rc = tutti_runtime_register_kv(rt, &layout))) call_failed("register", rc);
+  if (rc) {
+    tutti_runtime_close(rt);
+    return nullptr;
+  }
+  return rt;
+}
+
+tutti_stats stats_of(tutti_runtime* rt) {
+  tutti_stats s{};
+  s.struct_size = sizeof s;
+  tutti_runtime_stats(rt, &s);
+  return s;
+}
+
+// The whole prompt, stored or loaded layer by layer; the batch's status.
+int move_prompt(tutti_runtime* rt, KvCache& kv, tutti_op op, uint32_t layers) {
+  tutti_request r{};
+  r.tokens = kv.tokens().data(), r.num_tokens = kv.tokens().size();
+  r.block_table = kv.table().data(), r.num_block_ids = kv.table().size();
+  r.token_end = TUTTI_TOKENS_ALL;
+  tutti_batch* b = nullptr;
+  int rc = tutti_batch_create(rt, op, &b);
+  if (!rc) rc = tutti_batch_add(b, &r, 1);
+  if (!rc) rc = tutti_batch_submit(b);
+  for (uint32_t l = 0; l < layers && !rc && op == TUTTI_OP_LOAD; ++l) rc = tutti_batch_wait_layer(b, l);
+  if (!rc) rc = tutti_batch_wait(b);
+  tutti_batch_destroy(b);
+  return rc;
+}
+
 }  // namespace
 
 int run_remote_bench(const BenchArgs& a) {
@@ -133,7 +185,7 @@ int run_remote_bench(const BenchArgs& a) {
                 json_string(tutti_version_string()).c_str(), json_string(a.remote).c_str(), json_string(m.name).c_str(),
                 a.tokens, values, value_bytes, nodes.size(), probe.masters().size(), a.remote_depth);
   if (!a.json)
-    std::printf("%-6s %5s %10s %9s %14s %14s %7s %s\n", "op", "conns", "GB/s", "seconds", "client cpu s/GB",
+    std::printf("%-10s %5s %10s %9s %14s %14s %7s %s\n", "op", "conns", "GB/s", "seconds", "client cpu s/GB",
                 "server cpu s/GB", "failed", "verified");
 
   // One phase: `op` over every value, split evenly over `conns` connections.
@@ -183,7 +235,7 @@ int run_remote_bench(const BenchArgs& a) {
     r.wrong = wrong;
     return r;
   };
-  auto report = [&](const char* op, unsigned conns, const Phase& r) {
+  auto report = [&](const char* op, unsigned conns, const Phase& r, bool reads) {
     const double gb = static_cast<double>(values * value_bytes) / 1e9, gbps = gb / r.seconds;
     if (a.json) {
       std::printf("{\"schema\":1,\"bench\":\"remote-%s\",\"remote\":%s,\"connections\":%u,\"depth\":%u,\"bytes\":%" PRIu64
@@ -191,12 +243,12 @@ int run_remote_bench(const BenchArgs& a) {
                   "\"failed\":%zu,\"verified\":%s}\n",
                   op, json_string(a.remote).c_str(), conns, a.remote_depth, values * value_bytes, r.seconds, gbps,
                   r.client_cpu / gb, r.server_cpu >= 0 ? r.server_cpu / gb : -1.0, r.failed,
-                  op[0] == 'g' && r.wrong == 0 && r.failed == 0 ? "true" : "false");
+                  reads && r.wrong == 0 && r.failed == 0 ? "true" : "false");
     } else {
       char server[32] = "n/a";
       if (r.server_cpu >= 0) std::snprintf(server, sizeof server, "%.3f", r.server_cpu / gb);
-      std::printf("%-6s %5u %10.2f %9.3f %14.3f %14s %7zu %s\n", op, conns, gbps, r.seconds, r.client_cpu / gb, server,
-                  r.failed, op[0] != 'g' ? "-" : r.wrong || r.failed ? "MISMATCH" : "ok");
+      std::printf("%-10s %5u %10.2f %9.3f %14.3f %14s %7zu %s\n", op, conns, gbps, r.seconds, r.client_cpu / gb, server,
+                  r.failed, !reads ? "-" : r.wrong || r.failed ? "MISMATCH" : "ok");
     }
     std::fflush(stdout);
   };
@@ -207,13 +259,74 @@ int run_remote_bench(const BenchArgs& a) {
   counts.push_back(a.remote_connections);
   for (unsigned conns : counts) {
     Phase set = phase("set", conns);
-    report("set", conns, set);
+    report("set", conns, set, false);
     Phase get = phase("get", conns);
-    report("get", conns, get);
+    report("get", conns, get, true);
     phase("del", conns);
     ok = ok && set.failed == 0 && get.failed == 0 && get.wrong == 0;
     if (get.wrong) std::fprintf(stderr, "tutti bench --remote: %zu values read back differ from those written\n", get.wrong);
   }
+
+  // The tier itself, end to end, on the same values' shape: runtime A stores the prompt in a
+  // pool of its own and writes it through (tier-write: from the store's commit until the
+  // cluster holds every chunk); runtime B, with another pool, loads it from the cluster layer by
+  // layer into a cleared KV cache and every byte is compared (tier-load: the load batch, the
+  // median of --repeat). One connection each: the tier's writer and loader threads.
+  KvCache kv(a);
+  kv.fill();
+  const std::string tier_ns = ns + ":tier";
+  Phase tw, tl;
+  if (tutti_runtime* rt = open_tier_runtime(a, a.pool + ".remote-a", tier_ns, kv)) {
+    int rc = move_prompt(rt, kv, TUTTI_OP_STORE, m.layers);
+    const double cpu0 = process_cpu_s(), srv0 = servers_cpu_s(probe, nodes), t0 = now_s();
+    uint64_t written = 0;
+    for (double progress = t0; !rc && written < chunks && now_s() - progress < 30;) {  // gives up when stuck
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (const uint64_t w = stats_of(rt).remote_written_chunks; w != written) written = w, progress = now_s();
+    }
+    tw.seconds = now_s() - t0, tw.client_cpu = process_cpu_s() - cpu0;
+    const double srv1 = servers_cpu_s(probe, nodes);
+    tw.server_cpu = srv0 >= 0 && srv1 >= 0 ? srv1 - srv0 : -1;
+    tw.failed = rc ? chunks : chunks - std::min<size_t>(chunks, written);
+    tutti_runtime_close(rt);
+    ::unlink((a.pool + ".remote-a").c_str());
+  } else {
+    tw.failed = chunks;
+  }
+  report("tier-write", 1, tw, false);
+  if (tutti_runtime* rt = tw.failed ? nullptr : open_tier_runtime(a, a.pool + ".remote-b", tier_ns, kv)) {
+    std::vector<Phase> runs;
+    for (unsigned i = 0; i < std::max(1u, a.repeat); ++i) {
+      Phase r;
+      kv.clear();
+      const double cpu0 = process_cpu_s(), srv0 = servers_cpu_s(probe, nodes), t0 = now_s();
+      const int rc = move_prompt(rt, kv, TUTTI_OP_LOAD, m.layers);
+      r.seconds = now_s() - t0, r.client_cpu = process_cpu_s() - cpu0;
+      const double srv1 = servers_cpu_s(probe, nodes);
+      r.server_cpu = srv0 >= 0 && srv1 >= 0 ? srv1 - srv0 : -1;
+      r.failed = rc ? chunks : 0;
+      r.wrong = !rc && !kv.verify();
+      runs.push_back(r);
+    }
+    std::sort(runs.begin(), runs.end(), [](const Phase& x, const Phase& y) { return x.seconds < y.seconds; });
+    tl = runs[runs.size() / 2];
+    for (const Phase& r : runs) tl.failed = std::max(tl.failed, r.failed), tl.wrong += r.wrong;
+    tutti_runtime_close(rt);
+    ::unlink((a.pool + ".remote-b").c_str());
+  } else {
+    tl.failed = chunks;
+  }
+  report("tier-load", 1, tl, true);
+  ok = ok && tw.failed == 0 && tl.failed == 0 && tl.wrong == 0;
+  if (tl.wrong) std::fprintf(stderr, "tutti bench --remote: a load from the tier differs from what was stored\n");
+  // The tier's values go as the others did.
+  std::vector<std::string> tier_names;
+  const auto tier_keys = chunk_keys(root_key(tier_ns, nullptr, 0), kv.tokens().data(), kv.tokens().size(), a.chunk_tokens);
+  for (const Key& k : tier_keys)
+    for (uint32_t l = 0; l < m.layers; ++l) tier_names.push_back(remote::value_key(remote::ValueId{k, fp, l}));
+  std::vector<Command> dels;
+  for (const auto& n : tier_names) dels.push_back({{"DEL", n}, n});
+  probe.run(dels);
   return ok ? 0 : 1;
 }
 

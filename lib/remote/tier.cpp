@@ -91,6 +91,7 @@ class RedisTier final : public Tier {
   std::deque<Job> jobs_;
   std::unordered_map<Key, uint8_t, KeyHash> sightings_;
   std::unique_ptr<Cluster> loader_, writer_;  // each used by its thread alone
+  AlignedBuffer chunk_buf_;                    // the background thread's: a chunk on its way
 
   std::atomic<uint64_t> hits_{0}, loaded_{0}, written_{0}, promoted_{0}, rejected_{0}, errors_{0};
   std::thread load_thread_, background_thread_;  // last: they use everything above
@@ -253,9 +254,10 @@ void RedisTier::serve(const std::vector<LoadJob>& jobs) {
       } else {
         const auto* payload = reinterpret_cast<const std::byte*>(r.str().data() + kValueHeaderBytes);
         try {
-          if (kv.on_device())  // one copy per run: the blocks are not the CPU's to write
-            kv.for_each_run(job.layer, c.blocks, c.span, 0, layer_bytes_,
-                            [&](const MemRun& m) { gpu::copy_to_device(m.addr, payload + m.obj_off, m.len); });
+          if (kv.on_device())  // one copy per run, on this thread's own stream: not yet fast
+            kv.for_each_run(job.layer, c.blocks, c.span, 0, layer_bytes_, [&](const MemRun& m) {
+              parts_.device->copy_sync(m.addr, payload + m.obj_off, m.len);
+            });
           else
             kv.scatter(job.layer, c.blocks, c.span, 0, layer_bytes_, payload);
           continue;
@@ -345,7 +347,8 @@ void RedisTier::write_through(const Key& key) {
   if (!slot) return;  // evicted since
   // Each value is [64-byte header][payload]; payloads start 4 KiB-aligned, for O_DIRECT reads.
   const uint64_t stride = kIoAlign + layer_bytes_;
-  AlignedBuffer buf(stride * layers_);
+  if (chunk_buf_.size() < stride * layers_) chunk_buf_ = AlignedBuffer(stride * layers_);
+  const AlignedBuffer& buf = chunk_buf_;
   std::vector<uint64_t> sums;
   bool sound = true;
   try {
@@ -417,10 +420,10 @@ void RedisTier::promote_one(const Key& key) {
   try {
     if (a.reused) parts_.pool->write_tombstones(std::span(&a.slot, 1));
     dirty = false;
-    AlignedBuffer payload(layer_bytes_);
-    for (uint32_t l = 0; l < layers_; ++l) {
-      std::memcpy(payload.data(), replies[l].str().data() + kValueHeaderBytes, layer_bytes_);
-      parts_.pool->write_layer(a.slot, l, payload.data());
+    if (chunk_buf_.size() < layer_bytes_) chunk_buf_ = AlignedBuffer(layer_bytes_);
+    for (uint32_t l = 0; l < layers_; ++l) {  // O_DIRECT writes need aligned memory
+      std::memcpy(chunk_buf_.data(), replies[l].str().data() + kValueHeaderBytes, layer_bytes_);
+      parts_.pool->write_layer(a.slot, l, chunk_buf_.data());
     }
     parts_.pool->sync();
     const Record record{a.slot, index.next_generation(), key, sums};

@@ -33,6 +33,9 @@ namespace tutti {
 class Index;
 class Pool;
 class KvBinding;
+namespace gpu {
+class Device;
+}
 }  // namespace tutti
 
 namespace tutti::remote {
@@ -50,6 +53,7 @@ struct TierParts {
   Index* index = nullptr;
   const Pool* pool = nullptr;
   const KvBinding* kv = nullptr;
+  gpu::Device* device = nullptr;  // the KV cache is in CUDA memory
 };
 
 // A chunk a load batch takes from the cluster.

@@ -169,7 +169,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
     ro.admit_sightings = cfg_.remote_admit;
     ro.min_tokens = cfg_.remote_min_tokens;
     ro.promote = cfg_.remote_promote;
-    remote_tier = remote::make_tier(ro, remote::TierParts{index.get(), pool.get(), binding.get()});
+    remote_tier = remote::make_tier(ro, remote::TierParts{index.get(), pool.get(), binding.get(), device.get()});
   }
 
   std::unique_ptr<DramPool> dram_pool;

@@ -21,16 +21,20 @@ rows = [json.loads(l) for l in sys.argv[1].splitlines()]
 info, rows = rows[0], rows[1:]
 assert info["run_info"] and info["bench"] == "remote" and info["masters"] == 3 and info["nodes"] == 6, info
 assert [(r["bench"], r["connections"]) for r in rows] == [
-    ("remote-set", 1), ("remote-get", 1), ("remote-set", 2), ("remote-get", 2), ("remote-set", 3), ("remote-get", 3)], rows
+    ("remote-set", 1), ("remote-get", 1), ("remote-set", 2), ("remote-get", 2), ("remote-set", 3), ("remote-get", 3),
+    ("remote-tier-write", 1), ("remote-tier-load", 1)], rows
 for r in rows:
     assert r["failed"] == 0 and r["gbps"] > 0 and r["bytes"] == info["values"] * info["value_bytes"], r
-    assert r["verified"] == (r["bench"] == "remote-get"), r
+    assert r["verified"] == (r["bench"] in ("remote-get", "remote-tier-load")), r
 print("ok   bench --remote: %d rows, every value read back verified" % len(rows))
 PY
 [ "$(redis-cli -p "$base" --cluster call "127.0.0.1:$base" DBSIZE 2>/dev/null | grep -c ': 0$')" -eq 6 ] ||
   fail "bench --remote left keys behind"
 echo "ok   no key left behind"
-grep -qE "^get +1 .* ok$" <<<"$("$tutti" bench --remote "$uri" --model tiny --tokens 2048)" || fail "the table says no 'ok'"
+table=$("$tutti" bench --remote "$uri" --model tiny --tokens 2048)
+grep -qE "^get +1 .* ok$" <<<"$table" || fail "the table says no 'ok': $table"
+grep -qE "^tier-load +1 .* ok$" <<<"$table" || fail "no verified load through the tier: $table"
+echo "ok   a load through the tier, every byte compared"
 
 # No cluster there: a clear error, exit 2, in bounded time.
 "$src/tools/redis-cluster" stop "$dir"
