@@ -30,6 +30,7 @@ constexpr auto kRetryAfter = std::chrono::seconds(1);  // how long an unreachabl
 constexpr size_t kMaxSightings = size_t{1} << 20;     // chunk keys the admission remembers
 constexpr size_t kLayersPerCall = 8;                   // load layers pipelined in one call
 constexpr uint8_t kWritten = UINT8_MAX;                // a sighting count: written through already
+constexpr auto kCloseBudget = std::chrono::seconds(5);  // for the write-throughs still queued at close
 
 class RedisTier final : public Tier {
  public:
@@ -87,6 +88,7 @@ class RedisTier final : public Tier {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  Clock::time_point stop_deadline_;  // once stopping: the write-throughs still queued go then
   std::deque<LoadJob> loads_;
   std::deque<Job> jobs_;
   std::unordered_map<Key, uint8_t, KeyHash> sightings_;
@@ -120,6 +122,7 @@ RedisTier::~RedisTier() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
+    stop_deadline_ = Clock::now() + std::max<Clock::duration>(kCloseBudget, 10 * opts_.timeout);
   }
   cv_.notify_all();
   load_thread_.join();
@@ -317,6 +320,11 @@ void RedisTier::background_loop() {
       // Loads first: nothing is written while a batch waits for remote layers.
       cv_.wait(lock, [&] { return stop_ || (!jobs_.empty() && loads_.empty()); });
       if (stop_ && jobs_.empty()) return;
+      if (stop_ && Clock::now() > stop_deadline_) {
+        log(TUTTI_LOG_WARN, "remote tier: " + std::to_string(jobs_.size()) +
+                                " chunk(s) not written through: the runtime closed before the cluster took them");
+        return;
+      }
       if (stop_ && jobs_.front().promote) {  // at close, write-throughs finish; promotions go
         jobs_.pop_front();
         continue;
