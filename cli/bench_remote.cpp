@@ -91,7 +91,8 @@ struct Phase {
 
 // A runtime of the tier phases: a pool of its own, the bench's KV cache, the cluster as its
 // remote tier (no promotion: every load of B comes from the cluster). Null on failure (said).
-tutti_runtime* open_tier_runtime(const BenchArgs& a, const std::string& pool, const std::string& ns, KvCache& kv) {
+tutti_runtime* open_tier_runtime(const BenchArgs& a, const std::string& pool, const std::string& ns, KvCache& kv,
+                                 unsigned connections = 1) {
   const Model& m = *a.model;
   const Shape shape{m.layers, m.heads, m.head_dim, m.elem_bytes, a.chunk_tokens, false};
   ::unlink(pool.c_str());
@@ -106,7 +107,8 @@ tutti_runtime* open_tier_runtime(const BenchArgs& a, const std::string& pool, co
       {"namespace", ns},
       {"remote", a.remote},
       {"remote_timeout_ms", std::to_string(a.remote_timeout_ms)},
-      {"remote_promote", "0"}};
+      {"remote_promote", "0"},
+      {"remote_connections", std::to_string(connections)}};
   for (const auto& [k, v] : opts)
     if (!rc && (rc = tutti_options_set(o, k, v.c_str()))) call_failed(k, rc);
   tutti_runtime* rt = nullptr;
@@ -269,13 +271,14 @@ int run_remote_bench(const BenchArgs& a) {
 
   // The tier itself, end to end, on the same values' shape: runtime A stores the prompt in a
   // pool of its own and writes it through (tier-write: from the store's commit until the
-  // cluster holds every chunk); runtime B, with another pool, loads it from the cluster layer by
-  // layer into a cleared KV cache and every byte is compared (tier-load: the load batch, the
-  // median of --repeat). One connection each: the tier's writer and loader threads.
+  // cluster holds every chunk; the tier's writer thread, one connection); runtime B, with
+  // another pool, loads it from the cluster layer by layer into a cleared KV cache and every
+  // byte is compared (tier-load: the load batch, the median of --repeat), with as many loader
+  // threads (remote_connections) as the rows above have connections.
   KvCache kv(a);
   kv.fill();
   const std::string tier_ns = ns + ":tier";
-  Phase tw, tl;
+  Phase tw;
   if (tutti_runtime* rt = open_tier_runtime(a, a.pool + ".remote-a", tier_ns, kv)) {
     int rc = move_prompt(rt, kv, TUTTI_OP_STORE, m.layers);
     const double cpu0 = process_cpu_s(), srv0 = servers_cpu_s(probe, nodes), t0 = now_s();
@@ -294,7 +297,13 @@ int run_remote_bench(const BenchArgs& a) {
     tw.failed = chunks;
   }
   report("tier-write", 1, tw, false);
-  if (tutti_runtime* rt = tw.failed ? nullptr : open_tier_runtime(a, a.pool + ".remote-b", tier_ns, kv)) {
+  auto tier_load = [&](unsigned conns) {
+    Phase tl;
+    tutti_runtime* rt = tw.failed ? nullptr : open_tier_runtime(a, a.pool + ".remote-b", tier_ns, kv, conns);
+    if (!rt) {
+      tl.failed = chunks;
+      return tl;
+    }
     std::vector<Phase> runs;
     for (unsigned i = 0; i < std::max(1u, a.repeat); ++i) {
       Phase r;
@@ -313,12 +322,14 @@ int run_remote_bench(const BenchArgs& a) {
     for (const Phase& r : runs) tl.failed = std::max(tl.failed, r.failed), tl.wrong += r.wrong;
     tutti_runtime_close(rt);
     ::unlink((a.pool + ".remote-b").c_str());
-  } else {
-    tl.failed = chunks;
+    return tl;
+  };
+  for (unsigned conns : counts) {
+    const Phase tl = tier_load(conns);
+    report("tier-load", conns, tl, true);
+    ok = ok && tw.failed == 0 && tl.failed == 0 && tl.wrong == 0;
+    if (tl.wrong) std::fprintf(stderr, "tutti bench --remote: a load from the tier differs from what was stored\n");
   }
-  report("tier-load", 1, tl, true);
-  ok = ok && tw.failed == 0 && tl.failed == 0 && tl.wrong == 0;
-  if (tl.wrong) std::fprintf(stderr, "tutti bench --remote: a load from the tier differs from what was stored\n");
   // The tier's values go as the others did.
   std::vector<std::string> tier_names;
   const auto tier_keys = chunk_keys(root_key(tier_ns, nullptr, 0), kv.tokens().data(), kv.tokens().size(), a.chunk_tokens);

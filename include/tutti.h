@@ -251,6 +251,8 @@ TUTTI_API const char* tutti_last_error(void);
  *   remote_min_tokens  prefixes shorter than this are not written to the remote tier
  *                    (default 0).
  *   remote_promote   1 (default) | 0: copy chunks loaded from the remote tier into the pool.
+ *   remote_connections  threads that load from the remote tier, each with a connection to
+ *                    every node it asks (default 1).
  */
 typedef struct tutti_options tutti_options;
 

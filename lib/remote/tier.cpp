@@ -67,8 +67,8 @@ class RedisTier final : public Tier {
   // After a call: errors counted, and a call that every node left unanswered rests the tier.
   void judge(const std::vector<Reply>& replies);
 
-  void load_loop();
-  void serve(const std::vector<LoadJob>& jobs);
+  void load_loop();  // a loader thread, with a connection of its own
+  void serve(std::unique_ptr<Cluster>& loader, const std::vector<LoadJob>& jobs);
   void background_loop();
   void write_through(const Key& key);
   void promote_one(const Key& key);
@@ -92,11 +92,12 @@ class RedisTier final : public Tier {
   std::deque<LoadJob> loads_;
   std::deque<Job> jobs_;
   std::unordered_map<Key, uint8_t, KeyHash> sightings_;
-  std::unique_ptr<Cluster> loader_, writer_;  // each used by its thread alone
+  std::unique_ptr<Cluster> writer_;  // the background thread's
   AlignedBuffer chunk_buf_;                    // the background thread's: a chunk on its way
 
   std::atomic<uint64_t> hits_{0}, loaded_{0}, written_{0}, promoted_{0}, rejected_{0}, errors_{0};
-  std::thread load_thread_, background_thread_;  // last: they use everything above
+  std::vector<std::thread> load_threads_;  // last: they use everything above
+  std::thread background_thread_;
 };
 
 RedisTier::RedisTier(const TierOptions& opts, const TierParts& parts)
@@ -108,10 +109,11 @@ RedisTier::RedisTier(const TierOptions& opts, const TierParts& parts)
       layer_bytes_(parts.kv->shape().layer_bytes()) {
   std::unique_ptr<Cluster> first;
   if (ready(first)) idle_.push_back(std::move(first));  // else warned: the tier rests a while
-  load_thread_ = std::thread([this] {
-    name_this_thread("tutti-rload");
-    load_loop();
-  });
+  for (unsigned i = 0; i < opts_.connections; ++i)
+    load_threads_.emplace_back([this] {
+      name_this_thread("tutti-rload");
+      load_loop();
+    });
   background_thread_ = std::thread([this] {
     name_this_thread("tutti-rwrite");
     background_loop();
@@ -125,7 +127,7 @@ RedisTier::~RedisTier() {
     stop_deadline_ = Clock::now() + std::max<Clock::duration>(kCloseBudget, 10 * opts_.timeout);
   }
   cv_.notify_all();
-  load_thread_.join();
+  for (auto& t : load_threads_) t.join();
   background_thread_.join();
 }
 
@@ -198,22 +200,25 @@ void RedisTier::load_layer(std::deque<RemoteChunk>& chunks, LoadSink& sink, uint
 }
 
 void RedisTier::load_loop() {
+  std::unique_ptr<Cluster> loader;
   for (;;) {
     std::vector<LoadJob> jobs;
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !loads_.empty(); });
       if (loads_.empty()) return;  // stopping, and no batch waits for a layer
-      while (!loads_.empty() && jobs.size() < kLayersPerCall) jobs.push_back(loads_.front()), loads_.pop_front();
+      // A share of what is queued, so the other loaders' connections take the rest.
+      const size_t take = std::clamp<size_t>(loads_.size() / opts_.connections, 1, kLayersPerCall);
+      while (!loads_.empty() && jobs.size() < take) jobs.push_back(loads_.front()), loads_.pop_front();
     }
-    serve(jobs);
+    serve(loader, jobs);
     cv_.notify_all();  // the background thread waits while loads are queued
   }
 }
 
 // One call for the layers queued together: every GET pipelined, then each layer checked,
 // scattered and reported in order.
-void RedisTier::serve(const std::vector<LoadJob>& jobs) {
+void RedisTier::serve(std::unique_ptr<Cluster>& loader, const std::vector<LoadJob>& jobs) {
   struct Get {
     size_t job;
     uint32_t chunk;
@@ -231,8 +236,8 @@ void RedisTier::serve(const std::vector<LoadJob>& jobs) {
     cmds.push_back(Command{{"GET", names.back()}, names.back()});
   }
   std::vector<Reply> replies;
-  if (!cmds.empty() && ready(loader_)) {
-    replies = loader_->run(cmds);
+  if (!cmds.empty() && ready(loader)) {
+    replies = loader->run(cmds);
     judge(replies);
   }
   const KvBinding& kv = *parts_.kv;

@@ -6,7 +6,7 @@
 //   chunk's last layer (a chunk's layers are written in order to one node, so its last layer
 //   being there means the others were written before it).
 // - Loads take the chunks the pool lacks from the cluster layer by layer, on the tier's loader
-//   thread, pipelined with the local path's I/O: each value is checked (key, shape, layer,
+//   threads (a connection each), beside the local path's I/O: each value is checked (key, shape, layer,
 //   checksum) before its bytes are scattered into the KV blocks; a value that fails, or a node
 //   that does not answer by the deadline, makes its chunk a miss. Chunks loaded whole are then
 //   copied into the local pool in the background (promotion).
@@ -46,6 +46,7 @@ struct TierOptions {
   uint32_t admit_sightings = 1;         // remote_admit: all (1), twice (2)
   uint64_t min_tokens = 0;              // remote_min_tokens: shorter prefixes stay local
   bool promote = true;                  // remote_promote
+  unsigned connections = 1;             // remote_connections: loader threads, a connection each
 };
 
 // What the tier needs of the runtime; alive as long as the tier.
@@ -88,7 +89,7 @@ class Tier {
   virtual ~Tier() = default;
   // How many of `keys`, from the first, the cluster holds; 0 while it is unreachable.
   virtual size_t present(std::span<const Key> keys) = 0;
-  // Layer `layer` of `chunks` into the KV blocks (on the loader thread), then
+  // Layer `layer` of `chunks` into the KV blocks (on a loader thread), then
   // sink.remote_landed(layer). `chunks` stays as it is until every issued layer has landed.
   virtual void load_layer(std::deque<RemoteChunk>& chunks, LoadSink& sink, uint32_t layer) = 0;
   // Whole chunks of a prefix of `prefix_tokens` tokens that the local pool holds, stored now or

@@ -45,6 +45,7 @@ const std::vector<OptionInfo>& option_table() {
       {"remote_admit", "all", "all | twice: which chunks stored in the pool are written through to the remote tier (twice: those a lookup found again)"},
       {"remote_min_tokens", "0", "prefixes shorter than this many tokens are not written through to the remote tier"},
       {"remote_promote", "1", "1 | 0: copy chunks loaded from the remote tier into the local pool"},
+      {"remote_connections", "1", "threads that load from the remote tier, a connection to each node each"},
   };
   return table;
 }
@@ -173,6 +174,8 @@ void apply(Config& c, const std::string& key, const std::string& v) {
     c.remote_min_tokens = count_of(key, v, 0, UINT32_MAX);
   } else if (key == "remote_promote") {
     c.remote_promote = flag_of(key, v);
+  } else if (key == "remote_connections") {
+    c.remote_connections = count_of(key, v, 1, 64);
   } else {
     fail(TUTTI_EINVAL, "unknown option '" + key + "'");
   }

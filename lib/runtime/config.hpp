@@ -57,6 +57,7 @@ struct Config {
   uint32_t remote_admit = 1;  // sightings before a chunk is written through: all 1, twice 2
   uint64_t remote_min_tokens = 0;
   bool remote_promote = true;
+  uint32_t remote_connections = 1;
 };
 
 struct OptionInfo {

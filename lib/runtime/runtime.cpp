@@ -169,6 +169,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
     ro.admit_sightings = cfg_.remote_admit;
     ro.min_tokens = cfg_.remote_min_tokens;
     ro.promote = cfg_.remote_promote;
+    ro.connections = cfg_.remote_connections;
     remote_tier = remote::make_tier(ro, remote::TierParts{index.get(), pool.get(), binding.get(), device.get()});
   }
 

@@ -22,7 +22,7 @@ info, rows = rows[0], rows[1:]
 assert info["run_info"] and info["bench"] == "remote" and info["masters"] == 3 and info["nodes"] == 6, info
 assert [(r["bench"], r["connections"]) for r in rows] == [
     ("remote-set", 1), ("remote-get", 1), ("remote-set", 2), ("remote-get", 2), ("remote-set", 3), ("remote-get", 3),
-    ("remote-tier-write", 1), ("remote-tier-load", 1)], rows
+    ("remote-tier-write", 1), ("remote-tier-load", 1), ("remote-tier-load", 2), ("remote-tier-load", 3)], rows
 for r in rows:
     assert r["failed"] == 0 and r["gbps"] > 0 and r["bytes"] == info["values"] * info["value_bytes"], r
     assert r["verified"] == (r["bench"] in ("remote-get", "remote-tier-load")), r
