@@ -258,6 +258,7 @@ void RedisTier::serve(std::unique_ptr<Cluster>& loader, const std::vector<LoadJo
         why = "the remote tier: " + std::string(r.str());
       } else if (auto s = check_value(r.str(), id(c.key, job.layer), layer_bytes_); s != ValueStatus::kOk) {
         why = std::string("a remote value was refused: ") + describe(s);
+        rejected_++;  // before the layer lands: the batch's owner may read the stats then
         if (!refused++) first_refusal = why;
       } else {
         const auto* payload = reinterpret_cast<const std::byte*>(r.str().data() + kValueHeaderBytes);
@@ -279,11 +280,9 @@ void RedisTier::serve(std::unique_ptr<Cluster>& loader, const std::vector<LoadJo
     }
     job.sink->remote_landed(job.layer);  // the last touch of the job's batch
   }
-  if (refused) {
-    rejected_ += refused;
+  if (refused)
     log(TUTTI_LOG_WARN, "remote tier: " + std::to_string(refused) + " value(s) refused, loaded as misses (" +
                             first_refusal + ")");
-  }
 }
 
 void RedisTier::offer(std::span<const Key> keys, uint64_t prefix_tokens) {

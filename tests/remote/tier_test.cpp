@@ -170,9 +170,12 @@ class TierTest : public ::testing::Test {
     cluster_ = std::make_unique<LocalCluster>();
     if (!cluster_->why.empty()) GTEST_SKIP() << cluster_->why;
   }
-  std::vector<std::pair<std::string, std::string>> remote(std::vector<std::pair<std::string, std::string>> more = {}) {
+  // Options of a runtime on the cluster. The deadline is generous (a loaded CI machine runs
+  // these beside other tests), but for the failover test, which times its loads.
+  std::vector<std::pair<std::string, std::string>> remote(std::vector<std::pair<std::string, std::string>> more = {},
+                                                          const char* timeout_ms = "2000") {
     more.emplace_back("remote", cluster_->seeds());
-    more.emplace_back("remote_timeout_ms", "500");
+    more.emplace_back("remote_timeout_ms", timeout_ms);
     return more;
   }
   // The Redis key of prompt `which`'s chunk `chunk`, layer `layer` (the fixture's shape).
@@ -328,7 +331,7 @@ TEST_F(TierTest, WithoutTheClusterThePoolServesAlone) {
 // (its chunks loaded, or misses), no call runs past its deadline by much, and once a replica
 // took over every prompt loads whole again.
 TEST_F(TierTest, AMasterKilledDuringLoadsAndStores) {
-  Machine a("tier-a", remote()), b("tier-b", remote({{"remote_promote", "0"}}));
+  Machine a("tier-a", remote({}, "500")), b("tier-b", remote({{"remote_promote", "0"}}, "500"));
   b.set_salt(1);
   constexpr int kPrompts = 6;
   for (int p = 0; p < kPrompts; ++p) ASSERT_EQ(a.store(p), 0);
