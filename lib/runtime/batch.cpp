@@ -283,8 +283,13 @@ void Batch::issue_layer(uint32_t layer) {
       }
     }
   }
-  if (run_) run_->issue(layer);
-  if (!remote_chunks_.empty()) rt_->remote()->load_layer(remote_chunks_, *this, layer);
+  // The tier's part first: once the last part of the last layer is issued, the batch may land,
+  // finish and be freed before the call returns.
+  if (!remote_chunks_.empty()) {
+    if (!run_) return rt_->remote()->load_layer(remote_chunks_, *this, layer);
+    rt_->remote()->load_layer(remote_chunks_, *this, layer);
+  }
+  run_->issue(layer);
 }
 
 void Batch::fail(uint32_t i, int code) {

@@ -145,7 +145,8 @@ class Engine:
     def __init__(self, tmp_path, layout: str = "2BNHD", layers: int = 3, blocks: int = 96, block_size: int = 4,
                  heads: int = 2, dim: int = 8, budget: int = 64, max_running: int = 4, local_cache: bool = True,
                  device: str = "cpu", kv_role: str = "kv_both", late_start: bool = False,
-                 cache_at_alloc: bool = False, defer_finalize: bool = False, publish_events: bool = False, **extra):
+                 cache_at_alloc: bool = False, defer_finalize: bool = False, publish_events: bool = False,
+                 drafter_layers: int = 0, **extra):
         extra.setdefault("pool", str(tmp_path / "kv.pool"))
         extra.setdefault("capacity", "16M")
         self.bs, self.layers, self.heads, self.dim = block_size, layers, heads, dim
@@ -157,14 +158,21 @@ class Engine:
         # Speculative decoding: load errors are asked for before wait_for_save.
         self.defer_finalize = defer_finalize
         config = vllm_config(block_size, extra, dim, kv_role)
+        # Speculative decoding with an EAGLE-style drafter: its attention layers get KV caches
+        # too, numbered after the target's (vLLM's EAGLE heads: layers.{N + i}).
+        self.drafter_layers = drafter_layers
+        config.model_config.hf_config = SimpleNamespace(num_hidden_layers=layers)
+        if drafter_layers:
+            config.speculative_config = SimpleNamespace(method="eagle", num_speculative_tokens=2)
         # vLLM's --kv-events-config: the scheduler publishes what take_events hands it.
         config.kv_events_config = SimpleNamespace(enable_kv_cache_events=publish_events)
         self.published: list = []
         cache_config = SimpleNamespace(num_blocks=blocks)
         # vLLM: the worker's connector first (the KV cache is registered before the scheduler exists)
         self.worker = TuttiConnector(config, KVConnectorRole.WORKER, cache_config)
-        caches, self.views = allocate(layout, layers, blocks, block_size, heads, dim, device)
-        self.names = list(caches)
+        caches, self.views = allocate(layout, layers + drafter_layers, blocks, block_size, heads, dim, device)
+        self.names = list(caches)[:layers]  # the target model's
+        self.drafter_names = list(caches)[layers:]
         self.caches = caches
         self.worker.register_kv_caches(caches)
         self.sched = TuttiConnector(config, KVConnectorRole.SCHEDULER, cache_config)
@@ -394,6 +402,8 @@ class Engine:
             w.wait_for_save()
         sending, recving = w.get_finished(so.finished_req_ids)
         invalid = w.get_block_ids_with_load_errors()
+        if so.total_num_scheduled_tokens:
+            self._draft(so, work)
         if self.defer_finalize:  # finalize_kv_connector, after the drafter
             w.wait_for_save()
         stats = w.get_kv_connector_stats()
@@ -410,6 +420,26 @@ class Engine:
         self.wrong_positions += len(wrong)
         return SimpleNamespace(finished_sending=sending, finished_recving=recving, invalid_block_ids=invalid,
                                kv_cache_events=events)
+
+    def _draft(self, so, work) -> None:
+        """The drafter's forward, after the target's: it writes its own layers' rows of the
+        step's tokens. Its attention calls the connector's hooks only while the connector's
+        metadata is still bound (vLLM 0.18+, which finalizes after the drafter); before, vLLM
+        skipped them."""
+        w = self.worker
+        for i, name in enumerate(self.drafter_names):
+            if self.defer_finalize:
+                w.wait_for_layer_load(name)
+            k, v = self.views[len(self.names) + i]
+            for rid, start in work:
+                req = self.requests[rid]
+                for pos in range(start, start + so.num_scheduled_tokens[rid]):
+                    b, slot = req.blocks[pos // self.bs], pos % self.bs
+                    k[b, slot].fill_(7.0)  # not the target's KV: what it is does not matter here
+                    if v is not None:
+                        v[b, slot].fill_(7.0)
+            if self.defer_finalize:
+                w.save_kv_layer(name, self.caches[name], None)
 
     def _attend(self, layer: int, req: Request, start: int, n: int, wrong: Dict[str, int]) -> None:
         k, v = self.views[layer]

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 import tutti
-from .layout import kv_views
+from .layout import kv_views, layer_index
 
 try:  # vLLM's own base when vLLM is installed; the stand-ins otherwise (tests, no vLLM)
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata,
@@ -703,6 +703,10 @@ class TuttiConnector(KVConnectorBase_V1):
         if getattr(events_config, "enable_kv_cache_events", False) and rank == _parallel_rank(self._config, False)[0]:
             options.setdefault("kv_events", 1 << 16)
         self._events_on = int(options.get("kv_events", 0)) > 0
+        drafter = _drafter_layers(self._config, kv_caches)
+        if drafter:
+            log.info("tutti: %d layers of the speculative drafter are not cached (%s ...)", len(drafter), drafter[0])
+            kv_caches = {name: t for name, t in kv_caches.items() if name not in drafter}
         names, k, v = kv_views(kv_caches, head_dim, getattr(self._cache_config, "num_blocks", None))
         self._layers = {name: i for i, name in enumerate(names)}
         self._cuda = k[0].is_cuda
@@ -996,6 +1000,28 @@ class TuttiConnector(KVConnectorBase_V1):
                     del _runtimes[self._key]
             self._rt.close()
             self._rt = None
+
+
+def _drafter_layers(vllm_config: Any, kv_caches: Dict[str, Any]) -> List[str]:
+    """The KV caches of a speculative drafter (EAGLE heads and MTP layers, numbered after the
+    target's layers; a separate draft model's, under `draft_model.`). tutti caches the target's
+    layers alone: vLLM waits for and hands over a drafter's layers only in some versions, and
+    its drafter writes them after the target's forward, so they are neither loaded nor stored
+    (a cache hit then leaves the drafter's KV of the prefix to the drafter: fewer accepted
+    tokens, never a wrong one)."""
+    if getattr(vllm_config, "speculative_config", None) is None:
+        return []
+    hf = getattr(vllm_config.model_config, "hf_config", None)
+    target = getattr(hf, "num_hidden_layers", None)
+    out = []
+    for name in kv_caches:
+        try:
+            past = target is not None and layer_index(name) >= target
+        except ValueError:
+            past = False
+        if name.startswith("draft_model.") or past:
+            out.append(name)
+    return out
 
 
 def _ranks_per_engine(vllm_config: Any) -> int:
