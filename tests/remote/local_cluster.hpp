@@ -107,7 +107,8 @@ class LocalCluster {
       if (p > 0) ::kill(p, SIGKILL);
     for (pid_t p : pids_)
       if (p > 0) ::waitpid(p, nullptr, 0);
-    if (!dir_.empty() && std::getenv("TUTTI_KEEP_REDIS") == nullptr) std::system(("rm -rf " + dir_).c_str());
+    if (!dir_.empty() && std::getenv("TUTTI_KEEP_REDIS") == nullptr && std::system(("rm -rf " + dir_).c_str()) != 0)
+      std::fprintf(stderr, "could not remove %s\n", dir_.c_str());
   }
 
   std::string seeds() const {
