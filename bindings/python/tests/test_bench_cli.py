@@ -72,6 +72,36 @@ def test_every_row_of_a_tiny_sweep_on_the_cpu(tmp_path):
     assert len(out.read_text().splitlines()) == len(rows)
 
 
+def test_a_remote_source_loads_every_chunk_from_the_cluster(tmp_path):
+    """The remote source on a Redis Cluster of its own (tools/redis-cluster): the prompt is
+    written through from one runtime and loaded by another with an empty pool, layer by layer,
+    and gives the floor's logits bit for bit."""
+    pytest.importorskip("torch", reason="torch is not installed here")
+    pytest.importorskip("numpy", reason="numpy is not installed here")
+    import json
+    import os
+    import random
+    import shutil
+    if not shutil.which("redis-server") or not shutil.which("redis-cli"):
+        pytest.skip("redis-server or redis-cli not found (Debian: redis-server redis-tools)")
+    tools = os.path.join(os.path.dirname(__file__), "..", "..", "..", "tools", "redis-cluster")
+    rc = str(tmp_path / "rc")
+    start = subprocess.run([tools, "start", rc, str(10000 + random.randrange(1100) * 10)], capture_output=True, text=True)
+    assert start.returncode == 0, start.stdout + start.stderr
+    try:
+        out = tmp_path / "rows.jsonl"
+        r = ttft("--engine", "reference", "--device", "cpu", "--model", "tiny", "--tokens", "512", "--prefix", "256",
+                 "--source", f"remote={tmp_path / 'pool'}", "--remote", start.stdout.strip(), "--repeat", "1",
+                 "--modes", "recompute,floor,layerwise,load_all,store,per_block", "--out", str(out))
+        assert r.returncode == 0, r.stderr
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        loads = [x for x in rows if x["source"] == "remote"]
+        assert sorted(x["mode"] for x in loads) == ["layerwise", "load_all"], rows  # no store or per-block rows
+        assert all(x["logits_equal_floor"] and x["load_gbps"] > 0 for x in loads), loads
+    finally:
+        subprocess.run([tools, "stop", rc], capture_output=True)
+
+
 def docqa(*args):
     return subprocess.run([sys.executable, "-m", "tutti.bench.docqa", *args], capture_output=True, text=True)
 

@@ -5,6 +5,11 @@
         --source zram=/mnt/z/ttft.pool --source disk=/var/tmp/ttft.pool --source dram=/dev/shm/ttft.pool \\
         --out ttft.jsonl
 
+A `remote=PATH` source is the shared tier (--remote redis://...): the prompt is stored on a
+runtime of its own (PATH.writer) and written through to the cluster; the rows load it into a
+runtime whose pool (PATH) is empty, every chunk from the cluster (no promotion): a first hit on
+another machine.
+
 For one prompt of N tokens whose first P are cached, each mode prefills and takes the last
 token's logits; the time is from the lookup to the logits on the host:
   recompute   the whole prompt, nothing loaded
@@ -41,7 +46,8 @@ torch = hf = PagedKv = PrefixLoad = store = None  # imported by main(): --help n
 
 BLOCK_TOKENS = 16
 CHUNK_TOKENS = 256
-BACKENDS = {"zram": ["gpu-uring", "uring", "posix"], "disk": ["uring", "gpu-uring", "posix"], "dram": ["dram"]}
+BACKENDS = {"zram": ["gpu-uring", "uring", "posix"], "disk": ["uring", "gpu-uring", "posix"], "dram": ["dram"],
+            "remote": ["posix"]}
 # bf16 over a random-weight model: a suffix computed over a prefix and the whole prompt at once
 # take different attention kernels, and their last-token logits differ by about this much.
 MATCH_COSINE = 0.995
@@ -278,7 +284,7 @@ class Bench:
 
     # ---- loads -------------------------------------------------------------------------------
 
-    def runtime(self, path: str, backend: str, per_block: bool = False) -> Runtime:
+    def runtime(self, path: str, backend: str, per_block: bool = False, remote: bool = False) -> Runtime:
         kv_bytes = self.n * self.bytes_per_token_layer * self.layers
         # Room for the prompt, and for the other prompts stored by the store rows (new keys each).
         room = 1.2 + ((1 + self.a.repeat) * max(map(len, self.a.backends.values())) if "store" in self.a.modes else 0)
@@ -289,8 +295,10 @@ class Bench:
         staging = f"{max(256 << 20, 2 * layer + (64 << 20)) >> 20}M"
         if "TUTTI_STAGING" in os.environ:  # a row variant that sizes staging itself
             staging = None
+        tier = dict(remote=self.a.remote, remote_promote=0, remote_connections=self.a.remote_connections,
+                    remote_timeout_ms=5000) if remote else {}
         rt = Runtime(pool=path, capacity=max(int(kv_bytes * room), 256 << 20), chunk_tokens=CHUNK_TOKENS, backend=backend,
-                     io_mode="per-block-baseline" if per_block else None, staging=staging)
+                     io_mode="per-block-baseline" if per_block else None, staging=staging, **tier)
         rt.register_kv(self.kv.layout())
         return rt
 
@@ -352,21 +360,32 @@ class Bench:
                     cpu_s=cpu, **({"store_s": extra["store_s"]} if "store_s" in extra else {}), **self.check(logits, p))
 
     def store_prompt(self, source: str, path: str) -> None:
-        """A fresh pool holding the prompt (the blocks hold its KV from the recompute)."""
-        if os.path.exists(path):
-            os.remove(path)
-        rt = self.runtime(path, self.a.backends[source][0])
+        """A fresh pool holding the prompt (the blocks hold its KV from the recompute); for the
+        remote source, a writer's pool whose chunks are written through to the cluster, and an
+        empty pool to load into."""
+        remote = source == "remote"
+        target = path + ".writer" if remote else path
+        for f in {path, target}:
+            if os.path.exists(f):
+                os.remove(f)
+        rt = self.runtime(target, self.a.backends[source][0], remote=remote)
         t0 = time.perf_counter()
         stored = store(rt, self.tokens, self.table)
-        log(f"{source}: stored {stored} tokens in {time.perf_counter() - t0:.1f} s ({path})")
+        if remote:  # written through in the background: wait for every chunk
+            chunks = stored // CHUNK_TOKENS
+            while rt.stats()["remote_written_chunks"] < chunks and time.perf_counter() - t0 < 600:
+                time.sleep(0.01)
+        log(f"{source}: stored {stored} tokens in {time.perf_counter() - t0:.1f} s ({target})")
         rt.close()
+        if remote:
+            os.remove(target)
 
     def source_rows(self, source: str, path: str) -> None:
         backends = self.a.backends[source]
         log(f"{self.a.model}, {self.n} tokens from {source}: backends {', '.join(backends)}")
         bandwidth: Dict[str, float] = {}
         for backend in backends:
-            rt = self.runtime(path, backend)
+            rt = self.runtime(path, backend, remote=source == "remote")
             for p in self.a.prefix:
                 for mode in ("load_all", "layerwise"):
                     if mode in self.a.modes and not self.done_row(p, source, mode, backend):
@@ -377,13 +396,13 @@ class Bench:
                         (source, "load_all", backend, self.a.variant)]
             if measured:  # this run's or an earlier call's
                 bandwidth[backend] = max(measured) * 1e9
-            if "store" in self.a.modes:
+            if "store" in self.a.modes and source != "remote":
                 p = self.a.prefix[-1]
                 if not self.done_row(p, source, "store", backend):
                     self.emit(dict(prefix=p, source=source, mode="store", backend=backend,
                                    **self.load_run(rt, p, "layerwise", other=True)))
             rt.close()
-        if "per_block" in self.a.modes and source != "dram":
+        if "per_block" in self.a.modes and source not in ("dram", "remote"):
             backend = "uring"
             rt = self.runtime(path, backend, per_block=True)
             for p in self.a.prefix:
@@ -391,7 +410,7 @@ class Bench:
                     self.emit(dict(prefix=p, source=source, mode="per_block", backend=backend,
                                    **self.load_run(rt, p, "layerwise")))
             rt.close()
-        prof = self.source_profile(source, path, bandwidth)
+        prof = self.source_profile(source, path, bandwidth) if source != "remote" else None
         if "hybrid" in self.a.modes and prof is not None:
             backend = prof.backend or (max(bandwidth, key=bandwidth.get) if bandwidth else self.a.backends[source][0])
             rt = self.runtime(path, backend)
@@ -452,6 +471,9 @@ def main(argv=None) -> int:
                     help="a pool to load from: zram, disk or dram (a pool under /dev/shm), and the "
                          "comma-separated backends to load it with (default: " +
                          "; ".join(f"{k} {','.join(v)}" for k, v in BACKENDS.items()) + "); repeat")
+    ap.add_argument("--remote", default=None, metavar="URI",
+                    help="the Redis Cluster of a remote=PATH source (redis://host:port,...)")
+    ap.add_argument("--remote-connections", type=int, default=2, help="the remote source's loader threads")
     ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
     ap.add_argument("--repeat", type=int, default=2, help="runs per row; the median is reported (default 2)")
     ap.add_argument("--seed", type=int, default=0)
@@ -482,7 +504,9 @@ def main(argv=None) -> int:
         name, _, rest = s.partition("=")
         path, _, backends = rest.partition("@")
         if name not in BACKENDS or not path:
-            ap.error(f"--source {s!r}: NAME=PATH[@BACKENDS] with NAME zram, disk or dram")
+            ap.error(f"--source {s!r}: NAME=PATH[@BACKENDS] with NAME zram, disk, dram or remote")
+        if name == "remote" and not a.remote:
+            ap.error("--source remote=PATH needs --remote redis://...")
         sources.append((name, path, [x for x in backends.split(",") if x] or BACKENDS[name]))
     a.backends = {name: backends for name, _, backends in sources}
     if import_engine(ap, a, "ttft") is None:
