@@ -6,10 +6,10 @@
 //   chunk's last layer (a chunk's layers are written in order to one node, so its last layer
 //   being there means the others were written before it).
 // - Loads take the chunks the pool lacks from the cluster layer by layer, on the tier's loader
-//   threads (a connection each), beside the local path's I/O: each value is checked (key, shape, layer,
-//   checksum) before its bytes are scattered into the KV blocks; a value that fails, or a node
-//   that does not answer by the deadline, makes its chunk a miss. Chunks loaded whole are then
-//   copied into the local pool in the background (promotion).
+//   threads (a connection each), beside the local path's I/O: each value is checked (key,
+//   shape, layer, checksum) before its bytes are scattered into the KV blocks; a value that
+//   fails, or a node that does not answer by the deadline, makes its chunk a miss. Chunks loaded
+//   whole are then copied into the local pool in the background (promotion).
 // - Stores write through: chunks committed to the pool are admitted (all, or those seen twice,
 //   and only prefixes of at least remote_min_tokens) and written by a background thread from
 //   the pool, never while loads are queued.
@@ -41,12 +41,12 @@ class Device;
 namespace tutti::remote {
 
 struct TierOptions {
-  std::string uri;                      // option remote: redis://host:port,...
+  std::string uri;                         // option remote: redis://host:port,...
   std::chrono::milliseconds timeout{200};  // remote_timeout_ms: the deadline of every call
-  uint32_t admit_sightings = 1;         // remote_admit: all (1), twice (2)
-  uint64_t min_tokens = 0;              // remote_min_tokens: shorter prefixes stay local
-  bool promote = true;                  // remote_promote
-  unsigned connections = 1;             // remote_connections: loader threads, a connection each
+  uint32_t admit_sightings = 1;            // remote_admit: all (1), twice (2)
+  uint64_t min_tokens = 0;                 // remote_min_tokens: shorter prefixes stay local
+  bool promote = true;                     // remote_promote
+  unsigned connections = 1;                // remote_connections: loader threads, a connection each
 };
 
 // What the tier needs of the runtime; alive as long as the tier.
@@ -98,7 +98,7 @@ class Tier {
   virtual void offer(std::span<const Key> keys, uint64_t prefix_tokens) = 0;
   // Chunks a load took from the cluster: into the local pool, in the background.
   virtual void promote(std::vector<Key> keys) = 0;
-  // A chunk loaded whole from the cluster.
+  // Counts chunks that a load took whole from the cluster (TierStats::loaded_chunks).
   virtual void count_loaded(uint64_t chunks) = 0;
   virtual TierStats stats() const = 0;
 };
