@@ -32,6 +32,26 @@ constexpr size_t kLayersPerCall = 8;                   // load layers pipelined 
 constexpr uint8_t kWritten = UINT8_MAX;                // a sighting count: written through already
 constexpr auto kCloseBudget = std::chrono::seconds(5);  // for the write-throughs still queued at close
 
+// The commands of one call, each on a key of its own, which lives as long as the command that
+// names it (a Command holds views).
+class Calls {
+ public:
+  explicit Calls(size_t n) {
+    keys_.reserve(n);  // no reallocation: the commands' views stay valid
+    cmds_.reserve(n);
+  }
+  void add(std::string_view op, std::string key, std::string_view value = {}) {
+    const std::string& k = keys_.emplace_back(std::move(key));
+    cmds_.push_back(value.data() ? Command{{op, k, value}, k} : Command{{op, k}, k});
+  }
+  bool empty() const { return cmds_.empty(); }
+  std::vector<Reply> run(Cluster& c) const { return c.run(cmds_); }
+
+ private:
+  std::vector<std::string> keys_;
+  std::vector<Command> cmds_;
+};
+
 class RedisTier final : public Tier {
  public:
   RedisTier(const TierOptions& opts, const TierParts& parts);
@@ -40,8 +60,7 @@ class RedisTier final : public Tier {
   size_t present(std::span<const Key> keys) override;
   void load_layer(std::deque<RemoteChunk>& chunks, LoadSink& sink, uint32_t layer) override;
   void offer(std::span<const Key> keys, uint64_t prefix_tokens) override;
-  void promote(std::vector<Key> keys) override;
-  void count_loaded(uint64_t chunks) override { loaded_ += chunks; }
+  void loaded(std::vector<Key> keys) override;
   TierStats stats() const override;
 
  private:
@@ -173,15 +192,9 @@ size_t RedisTier::present(std::span<const Key> keys) {
     if (!idle_.empty()) c = std::move(idle_.back()), idle_.pop_back();
   }
   if (!ready(c)) return 0;
-  std::vector<std::string> names;
-  names.reserve(keys.size());
-  std::vector<Command> cmds;
-  cmds.reserve(keys.size());
-  for (const Key& k : keys) {
-    names.push_back(value_key(id(k, layers_ - 1)));
-    cmds.push_back(Command{{"EXISTS", names.back()}, names.back()});
-  }
-  const auto replies = c->run(cmds);
+  Calls calls(keys.size());
+  for (const Key& k : keys) calls.add("EXISTS", value_key(id(k, layers_ - 1)));
+  const auto replies = calls.run(*c);
   judge(replies);
   size_t n = 0;
   while (n < replies.size() && replies[n].type() == Reply::Type::kInteger && replies[n].integer() == 1) ++n;
@@ -224,20 +237,14 @@ void RedisTier::serve(std::unique_ptr<Cluster>& loader, const std::vector<LoadJo
     uint32_t chunk;
   };
   std::vector<Get> gets;
-  std::vector<std::string> names;
   for (size_t j = 0; j < jobs.size(); ++j)
     for (uint32_t i = 0; i < jobs[j].chunks->size(); ++i)
       if (!(*jobs[j].chunks)[i].error.load()) gets.push_back(Get{j, i});
-  names.reserve(gets.size());
-  std::vector<Command> cmds;
-  cmds.reserve(gets.size());
-  for (const Get& g : gets) {
-    names.push_back(value_key(id((*jobs[g.job].chunks)[g.chunk].key, jobs[g.job].layer)));
-    cmds.push_back(Command{{"GET", names.back()}, names.back()});
-  }
+  Calls calls(gets.size());
+  for (const Get& g : gets) calls.add("GET", value_key(id((*jobs[g.job].chunks)[g.chunk].key, jobs[g.job].layer)));
   std::vector<Reply> replies;
-  if (!cmds.empty() && ready(loader)) {
-    replies = loader->run(cmds);
+  if (!calls.empty() && ready(loader)) {
+    replies = calls.run(*loader);
     judge(replies);
   }
   const KvBinding& kv = *parts_.kv;
@@ -303,7 +310,8 @@ void RedisTier::offer(std::span<const Key> keys, uint64_t prefix_tokens) {
   cv_.notify_all();
 }
 
-void RedisTier::promote(std::vector<Key> keys) {
+void RedisTier::loaded(std::vector<Key> keys) {
+  loaded_ += keys.size();
   if (!opts_.promote || keys.empty()) return;
   {
     std::lock_guard lock(mu_);
@@ -380,19 +388,14 @@ void RedisTier::write_through(const Key& key) {
                         "through (tutti fsck checks the pool)");
     return;
   }
-  std::vector<std::string> names;
-  names.reserve(layers_);
-  std::vector<Command> cmds;
-  cmds.reserve(layers_);
+  Calls calls(layers_);
   for (uint32_t l = 0; l < layers_; ++l) {
     auto* value = reinterpret_cast<uint8_t*>(buf.data() + l * stride + kIoAlign - kValueHeaderBytes);
     encode_value_header(id(key, l), layer_bytes_, sums[l], value);
-    names.push_back(value_key(id(key, l)));
-    cmds.push_back(Command{{"SET", names.back(),
-                            std::string_view(reinterpret_cast<const char*>(value), kValueHeaderBytes + layer_bytes_)},
-                           names.back()});
+    calls.add("SET", value_key(id(key, l)),
+              std::string_view(reinterpret_cast<const char*>(value), kValueHeaderBytes + layer_bytes_));
   }
-  const auto replies = writer_->run(cmds);
+  const auto replies = calls.run(*writer_);
   judge(replies);
   if (std::all_of(replies.begin(), replies.end(), [](const Reply& r) { return r.ok(); })) written_++;
 }
@@ -406,14 +409,9 @@ void RedisTier::promote_one(const Key& key) {
     return;
   }
   if (!ready(writer_)) return;
-  std::vector<std::string> names;
-  std::vector<Command> cmds;
-  names.reserve(layers_);
-  for (uint32_t l = 0; l < layers_; ++l) {
-    names.push_back(value_key(id(key, l)));
-    cmds.push_back(Command{{"GET", names.back()}, names.back()});
-  }
-  const auto replies = writer_->run(cmds);
+  Calls calls(layers_);
+  for (uint32_t l = 0; l < layers_; ++l) calls.add("GET", value_key(id(key, l)));
+  const auto replies = calls.run(*writer_);
   judge(replies);
   std::vector<uint64_t> sums(layers_);
   for (uint32_t l = 0; l < layers_; ++l) {

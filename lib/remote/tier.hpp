@@ -96,10 +96,9 @@ class Tier {
   // found by a lookup: each counts as a sighting of its chunk, and admitted chunks are written
   // through in the background.
   virtual void offer(std::span<const Key> keys, uint64_t prefix_tokens) = 0;
-  // Chunks a load took from the cluster: into the local pool, in the background.
-  virtual void promote(std::vector<Key> keys) = 0;
-  // Counts chunks that a load took whole from the cluster (TierStats::loaded_chunks).
-  virtual void count_loaded(uint64_t chunks) = 0;
+  // Chunks a load took whole from the cluster: counted, and copied into the local pool in the
+  // background (remote_promote).
+  virtual void loaded(std::vector<Key> keys) = 0;
   virtual TierStats stats() const = 0;
 };
 

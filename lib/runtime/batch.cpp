@@ -216,9 +216,8 @@ void Batch::plan() {
     rt_->device()->begin_epoch(epoch_);
   }
   state_ = State::kRunning;
-  parts_ = !chunks_.empty() + !remote_chunks_.empty();
   layer_parts_.assign(layers_, 0);
-  if (parts_ == 0) {
+  if (parts() == 0) {
     for (uint32_t l = 0; l < layers_; ++l) {
       layer_done_[l] = 1;
       if (epoch_) rt_->device()->mark_ready(l, epoch_);
@@ -227,7 +226,7 @@ void Batch::plan() {
     finish();
     return;
   }
-  unlanded_ = layers_ * parts_;
+  unlanded_ = layers_ * parts();
   if (by_layer()) rt_->by_layer_started(this);  // a close() cancels it
   rt_->scheduler().enqueue(this);
 }
@@ -335,7 +334,7 @@ void Batch::part_landed(uint32_t layer) {
   bool whole;
   {
     std::lock_guard lock(mu_);
-    whole = ++layer_parts_[layer] == parts_;
+    whole = ++layer_parts_[layer] == parts();
   }
   if (whole) {
     if (epoch_) rt_->device()->mark_ready(layer, epoch_);  // stream waits may go on
@@ -440,8 +439,7 @@ void Batch::finish() {
       if (e) reqs_[remote_owners_[i].req].status[remote_owners_[i].chunk] = e;
       else loaded.push_back(remote_chunks_[i].key);
     }
-    rt_->remote()->count_loaded(loaded.size());
-    rt_->remote()->promote(std::move(loaded));
+    rt_->remote()->loaded(std::move(loaded));
   }
   for (uint64_t slot : held_) rt_->index().unpin(slot);
   held_.clear();

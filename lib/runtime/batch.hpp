@@ -89,6 +89,8 @@ class Batch final : public Scheduled, private PathSink, private remote::LoadSink
   void remote_failed(uint32_t i, uint32_t layer, const std::string& why) override;
   void remote_landed(uint32_t layer) override { part_landed(layer); }
   void part_landed(uint32_t layer);  // the path or the tier landed `layer`
+  // Who lands each layer: the path, the remote tier, or both (the chunks are fixed once planned).
+  uint32_t parts() const { return !chunks_.empty() + !remote_chunks_.empty(); }
   void note_error(const Owner& o, uint32_t layer, const std::string& why);
   void fail(uint32_t i, int code);  // the first error of a chunk stays
   void fail_all(int code);
@@ -105,7 +107,6 @@ class Batch final : public Scheduled, private PathSink, private remote::LoadSink
   std::vector<Owner> owners_;        // one per chunk
   std::deque<remote::RemoteChunk> remote_chunks_;  // load: chunks the remote tier serves
   std::vector<Owner> remote_owners_;               // one per remote chunk
-  uint32_t parts_ = 0;               // who lands each layer: the path, the remote tier, or both
   std::unique_ptr<PathRun> run_;
   // store: chunks another batch was writing at submit; settled (committed or failed) by the
   // owner's wait, never on the scheduler thread that commits the other batch.
