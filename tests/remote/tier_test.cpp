@@ -349,7 +349,7 @@ TEST_F(TierTest, AMasterKilledDuringLoadsAndStores) {
   cluster_->kill(0);
   size_t partial = 0, loads = 0;
   std::vector<bool> whole(kPrompts);  // loaded whole since the kill
-  const auto end = std::chrono::steady_clock::now() + 30s;
+  const auto end = std::chrono::steady_clock::now() + 60s;  // a loaded CI machine elects slowly
   while (std::count(whole.begin(), whole.end(), true) < kPrompts && std::chrono::steady_clock::now() < end) {
     for (int p = 0; p < kPrompts; ++p) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -362,7 +362,7 @@ TEST_F(TierTest, AMasterKilledDuringLoadsAndStores) {
   }
   stop = true;
   storer.join();
-  for (int p = 0; p < kPrompts; ++p) EXPECT_TRUE(whole[p]) << "prompt " << p << " never loaded whole again in 30 s";
+  for (int p = 0; p < kPrompts; ++p) EXPECT_TRUE(whole[p]) << "prompt " << p << " never loaded whole again in 60 s";
   std::printf("%zu loads after the kill, %zu of them short of the prompt\n", loads, partial);
 }
 
