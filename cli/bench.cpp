@@ -165,11 +165,12 @@ int cmd_bench(int argc, char** argv) {
   }
 
   bool all_ok = true;
-  print.plan(runs.size() * (2 + 3 * size_t{a.repeat}));  // raw write, store; raw read, load, verify each
+  // the two sweeps; raw write, store; raw read, load, verify each
+  print.plan(2 + runs.size() * (2 + 3 * size_t{a.repeat}));
+  RawFigures raw;
   for (size_t i = 0; i < runs.size(); ++i) {
     print.begin_run("[" + std::to_string(i + 1) + "/" + std::to_string(runs.size()) + "] " + runs[i].first + " " +
                     runs[i].second);
-    RawFigures raw;
     RunResult r = run_once(a, print, kv, runs[i].first, runs[i].second, &raw);
     if (r.rc) print.end_run(r.unsupported.empty() ? "failed" : "cannot run here");
     if (r.rc && !r.unsupported.empty() && !a.backends_given) {
@@ -177,25 +178,26 @@ int cmd_bench(int argc, char** argv) {
       continue;  // a default backend that this machine lacks
     }
     if (r.rc) return r.rc;
-    auto raw_row = [&](const char* name, double gbps) {
+    auto raw_row = [&](const char* name, const RawMeasure& m, const RawSetting& at) {
       Row row;
       row.run = i + 1;
       row.bench = name;
       row.backend = "raw";
-      row.io_mode = "1MiB-" + std::to_string(raw.threads) + "x32";
+      row.io_mode = at.label();
       row.bytes = raw.bytes;
-      row.gbps = gbps;
-      row.seconds = gbps > 0 ? static_cast<double>(raw.bytes) / gbps / 1e9 : 0;
+      row.gbps = m.gbps;
+      row.seconds = m.gbps > 0 ? static_cast<double>(raw.bytes) / m.gbps / 1e9 : 0;
       row.ratio = 1;
+      row.cpu_s_per_gb = row.bytes ? m.cpu_s / (static_cast<double>(row.bytes) / 1e9) : 0;
       row.verified = true;
       return row;
     };
     r.store.run = r.load.run = i + 1;
-    r.store.ratio = raw.write > 0 ? r.store.gbps / raw.write : 0;
-    r.load.ratio = raw.read > 0 ? r.load.gbps / raw.read : 0;
-    print.row(raw_row("raw-write", raw.write));
+    r.store.ratio = raw.write.gbps > 0 ? r.store.gbps / raw.write.gbps : 0;
+    r.load.ratio = raw.read.gbps > 0 ? r.load.gbps / raw.read.gbps : 0;
+    print.row(raw_row("raw-write", raw.write, *raw.write_at));
     print.row(r.store);
-    print.row(raw_row("raw-read", raw.read));
+    print.row(raw_row("raw-read", raw.read, *raw.read_at));
     print.row(r.load);
     all_ok = all_ok && r.load.verified;
     if (!a.keep || i + 1 < runs.size()) ::unlink(r.path.c_str());

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,21 +89,37 @@ class KvCache {
 // Is the directory of this pool URI on tmpfs (where the dram backend can keep it)?
 bool on_tmpfs(const std::string& pool);
 
+// How the raw figure moves bytes: `threads` threads, each with an io_uring ring holding `depth`
+// I/Os of `io` bytes in flight.
+struct RawSetting {
+  unsigned threads = 4, depth = 32;
+  uint64_t io = 1 << 20;
+  std::string label() const;  // "1MiB-4x32"
+};
+
+struct RawMeasure {
+  double gbps = 0;
+  double cpu_s = 0;  // of the whole process, kernel time included
+};
+
 // Raw O_DIRECT bandwidth of a byte range of the pool file, the device figure every ratio refers
-// to: 1 MiB I/Os from 4 threads with an io_uring ring each, 32 in flight per ring (128 in all),
-// writes followed by one fdatasync. Plain sequential I/O with no KV logic at all. `threads`
-// receives how many threads it used.
-double raw_bandwidth(const std::string& path, uint64_t offset, uint64_t bytes, bool write, unsigned* threads = nullptr);
+// to: plain sequential I/O with no KV logic at all, writes of incompressible bytes followed by
+// one fdatasync.
+RawMeasure raw_bandwidth(const std::string& path, uint64_t offset, uint64_t bytes, bool write, const RawSetting& s);
+
+// The settings at which the device moves the range fastest (bench_raw.cpp says which are tried).
+RawSetting best_raw_setting(const std::string& path, uint64_t offset, uint64_t bytes, bool write);
 
 // Every run measures the device on its own pool, right before tutti touches it: a raw write of
-// the region the store will write, a raw read of what the store wrote right before the load.
-// Each ratio compares figures taken seconds apart on the same bytes (shared disks drift). Each
-// raw figure is the second of two passes: a virtual disk is markedly faster on bytes it has
-// seen once (host caching, thin provisioning), and tutti always meets them second.
+// the region the store will write, a raw read of what the store wrote right before the load,
+// both at the best settings that the first run's sweep found. Each ratio compares figures
+// taken seconds apart on the same bytes (shared disks drift). Each raw figure is the second of
+// two passes: a virtual disk is markedly faster on bytes it has seen once (host caching, thin
+// provisioning), and tutti always meets them second.
 struct RawFigures {
-  double read = 0, write = 0;
+  RawMeasure read, write;
   uint64_t bytes = 0;
-  unsigned threads = 0;
+  std::optional<RawSetting> read_at, write_at;  // swept once, kept for later runs
 };
 
 struct RunResult {

@@ -62,9 +62,14 @@ RunResult run_once(const BenchArgs& a, const Printer& print, KvCache& kv, const 
   Geometry g(shape, 1, chunks + 1);
   out.data_offset = g.data_offset();
   out.data_bytes = chunks * shape.slot_bytes();
+  auto sweep = [&](bool write) {
+    print.step(std::string("raw ") + (write ? "write" : "read") + " sweep");
+    return best_raw_setting(out.path, out.data_offset, out.data_bytes, write);
+  };
+  if (!raw->write_at) raw->write_at = sweep(true);
   print.step("raw write");
-  raw_bandwidth(out.path, out.data_offset, out.data_bytes, true);
-  raw->write = raw_bandwidth(out.path, out.data_offset, out.data_bytes, true, &raw->threads);
+  raw_bandwidth(out.path, out.data_offset, out.data_bytes, true, *raw->write_at);
+  raw->write = raw_bandwidth(out.path, out.data_offset, out.data_bytes, true, *raw->write_at);
   raw->bytes = out.data_bytes;
 
   // Requests: the prompt split into `requests` equal prompts (distinct token ids), each with
@@ -118,6 +123,7 @@ RunResult run_once(const BenchArgs& a, const Printer& print, KvCache& kv, const 
     row.gbps = static_cast<double>(row.bytes) / row.seconds / 1e9;
     row.cpu_us_layer = (c1 - c0) * 1e6 / m.layers;
     row.io_cpu_us_layer = (p1 - p0) * 1e6 / m.layers;
+    row.cpu_s_per_gb = row.bytes ? (p1 - p0) / (static_cast<double>(row.bytes) / 1e9) : 0;
     row.sched_us_layer = (k1.sched - k0.sched) * 1e6 / m.layers;
     row.sqpoll_us_layer = (k1.sqpoll - k0.sqpoll) * 1e6 / m.layers;
     row.ios_layer = static_cast<double>(s1.ios - s0.ios) / m.layers;
@@ -137,14 +143,15 @@ RunResult run_once(const BenchArgs& a, const Printer& print, KvCache& kv, const 
   }
   // Loads are repeated, each right after a raw read of the same bytes; the medians are
   // reported (this kind of disk varies by 2x from one pass to the next).
-  raw_bandwidth(out.path, out.data_offset, out.data_bytes, false);  // first pass, not counted
-  std::vector<double> raws;
+  if (!raw->read_at) raw->read_at = sweep(false);
+  raw_bandwidth(out.path, out.data_offset, out.data_bytes, false, *raw->read_at);  // first pass, not counted
+  std::vector<RawMeasure> raws;
   std::vector<Row> loads;
   out.load.verified = true;
   for (unsigned rep = 0; rep < a.repeat; ++rep) {
     kv.clear();
     print.step("raw read " + std::to_string(rep + 1) + "/" + std::to_string(a.repeat));
-    raws.push_back(raw_bandwidth(out.path, out.data_offset, out.data_bytes, false));
+    raws.push_back(raw_bandwidth(out.path, out.data_offset, out.data_bytes, false, *raw->read_at));
     print.step("load " + std::to_string(rep + 1) + "/" + std::to_string(a.repeat));
     size_t hit = 0;
     tutti_lookup(rt, reqs[0].tokens, reqs[0].num_tokens, nullptr, 0, &hit);
@@ -157,7 +164,7 @@ RunResult run_once(const BenchArgs& a, const Printer& print, KvCache& kv, const 
     print.step("verify " + std::to_string(rep + 1) + "/" + std::to_string(a.repeat));
     out.load.verified = out.load.verified && hit == (per / a.chunk_tokens) * a.chunk_tokens && kv.verify();
   }
-  std::sort(raws.begin(), raws.end());
+  std::sort(raws.begin(), raws.end(), [](const RawMeasure& x, const RawMeasure& y) { return x.gbps < y.gbps; });
   std::sort(loads.begin(), loads.end(), [](const Row& x, const Row& y) { return x.gbps < y.gbps; });
   raw->read = raws[raws.size() / 2];
   bool verified = out.load.verified;

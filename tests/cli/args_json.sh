@@ -41,7 +41,7 @@ expect_rc 2 "is not a tutti pool" "$tutti" fsck "$0"
 # it a pseudo-terminal), a bar redrawn in place with the percent done and the time left.
 bench=("$tutti" bench --model tiny --tokens 2048 --repeat 2 --backends posix --no-baseline --pool "$tmp.pool")
 "${bench[@]}" 2>"$tmp" >/dev/null
-grep -q '^\[1/1\] posix object: raw write\.\.\. store\.\.\. .* verify 2/2\.\.\. ok$' "$tmp" || { echo "piped progress:"; cat "$tmp"; exit 1; }
+grep -q '^\[1/1\] posix object: raw write sweep\.\.\. raw write\.\.\. store\.\.\. .* verify 2/2\.\.\. ok$' "$tmp" || { echo "piped progress:"; cat "$tmp"; exit 1; }
 if command -v script >/dev/null; then
   script -qec "${bench[*]} >/dev/null" /dev/null >"$tmp" 2>&1 || { echo "bench on a terminal failed"; cat "$tmp"; exit 1; }
   grep -aq '\] *[0-9]*%  ETA [0-9]*:[0-9][0-9]  \[1/1\] posix object: load 2/2' "$tmp" || { echo "no bar with ETA:"; cat -v "$tmp"; exit 1; }
