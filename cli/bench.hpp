@@ -90,11 +90,15 @@ class KvCache {
 bool on_tmpfs(const std::string& pool);
 
 // How the raw figure moves bytes: `threads` threads, each with an io_uring ring holding `depth`
-// I/Os of `io` bytes in flight.
+// I/Os of `io` bytes in flight, or each doing one pread/pwrite at a time, or (a file on tmpfs)
+// one memcpy at a time to or from the file mapped.
 struct RawSetting {
+  enum Method { kUring, kSync, kMmap } method = kUring;
+  bool write = false;
   unsigned threads = 4, depth = 32;
   uint64_t io = 1 << 20;
-  std::string label() const;  // "1MiB-4x32"
+  const char* method_name() const;  // uring, pread or pwrite, memcpy
+  std::string label() const;        // "uring-1MiB-4x32", "pwrite-256KiB-16"
 };
 
 struct RawMeasure {
@@ -104,8 +108,8 @@ struct RawMeasure {
 
 // Raw O_DIRECT bandwidth of a byte range of the pool file, the device figure every ratio refers
 // to: plain sequential I/O with no KV logic at all, writes of incompressible bytes followed by
-// one fdatasync.
-RawMeasure raw_bandwidth(const std::string& path, uint64_t offset, uint64_t bytes, bool write, const RawSetting& s);
+// one fdatasync (and msync).
+RawMeasure raw_bandwidth(const std::string& path, uint64_t offset, uint64_t bytes, const RawSetting& s);
 
 // The settings at which the device moves the range fastest (bench_raw.cpp says which are tried).
 RawSetting best_raw_setting(const std::string& path, uint64_t offset, uint64_t bytes, bool write);

@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // The raw device figure of bench (bench.hpp): plain sequential I/O on the pool file through
-// io_uring, no KV logic at all, at the best settings a sweep finds.
+// io_uring, pread/pwrite or memcpy, no KV logic at all, at the best settings a sweep finds.
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <liburing.h>
+#include <sys/mman.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <thread>
 
 #include "bench.hpp"
@@ -25,57 +27,62 @@ bool on_tmpfs(const std::string& pool) {
   return ::statfs(dir.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC;
 }
 
-std::string RawSetting::label() const {
-  const std::string size = io >= (1u << 20) ? std::to_string(io >> 20) + "MiB" : std::to_string(io >> 10) + "KiB";
-  return size + "-" + std::to_string(threads) + "x" + std::to_string(depth);
+const char* RawSetting::method_name() const {
+  return method == kUring ? "uring" : method == kSync ? (write ? "pwrite" : "pread") : "memcpy";
 }
 
-RawMeasure raw_bandwidth(const std::string& path, uint64_t offset, uint64_t bytes, bool write, const RawSetting& s) {
-  RawMeasure m;
-  Fd fd(::open(path.c_str(), (write ? O_WRONLY : O_RDONLY) | O_DIRECT | O_CLOEXEC));
-  if (!fd) fd = Fd(::open(path.c_str(), (write ? O_WRONLY : O_RDONLY) | O_CLOEXEC));  // tmpfs without O_DIRECT
-  if (!fd) return m;
-  const uint64_t count = (bytes + s.io - 1) / s.io;
-  std::atomic<uint64_t> next{0};
-  std::atomic<bool> ok{true};
-  // Buffers and rings are set up before the clock starts. What is written is incompressible,
-  // like KV: a device that compresses (zram, some SSDs) or skips zero pages must do its work.
-  std::vector<AlignedBuffer> bufs;
-  std::vector<io_uring> rings(s.threads);
-  for (unsigned t = 0; t < s.threads; ++t) {
-    bufs.emplace_back(s.io * s.depth);
-    if (write) {
-      auto* w = reinterpret_cast<uint64_t*>(bufs.back().data());
-      uint64_t x = 0x9E3779B97F4A7C15ull ^ (uint64_t{t} << 32);
-      for (size_t i = 0; i < bufs.back().size() / 8; ++i) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift64
-        w[i] = x;
+std::string RawSetting::label() const {
+  const std::string size = io >= (1u << 20) ? std::to_string(io >> 20) + "MiB" : std::to_string(io >> 10) + "KiB";
+  return std::string(method_name()) + "-" + size + "-" + std::to_string(threads) +
+         (method == kUring ? "x" + std::to_string(depth) : "");
+}
+
+namespace {
+
+// One thread's I/O: io_uring with `depth` in flight, or one pread/pwrite or memcpy at a time.
+// next() hands out the range's I/Os in order; false once none is left or one failed.
+struct RawIo {
+  const RawSetting& s;
+  int fd;
+  std::byte* mapped;  // kMmap: the range, mapped
+  uint64_t offset, bytes, count;
+  std::atomic<uint64_t>& next;
+  std::atomic<bool>& ok;
+
+  unsigned len(uint64_t i) const { return static_cast<unsigned>(std::min(s.io, bytes - i * s.io)); }
+
+  void sync(std::byte* buf) {
+    for (uint64_t i; ok && (i = next.fetch_add(1)) < count;) {
+      const uint64_t at = i * s.io;
+      if (s.method == RawSetting::kMmap) {
+        if (s.write)
+          std::memcpy(mapped + at, buf, len(i));
+        else
+          std::memcpy(buf, mapped + at, len(i));
+        continue;
       }
-    }
-    if (io_uring_queue_init(s.depth, &rings[t], 0) != 0) {
-      for (unsigned r = 0; r < t; ++r) io_uring_queue_exit(&rings[r]);
-      return m;
+      const ssize_t n = s.write ? ::pwrite(fd, buf, len(i), static_cast<off_t>(offset + at))
+                                : ::pread(fd, buf, len(i), static_cast<off_t>(offset + at));
+      if (n != static_cast<ssize_t>(len(i))) ok = false;
     }
   }
-  auto worker = [&](unsigned t) {
-    AlignedBuffer& buf = bufs[t];
-    io_uring& ring = rings[t];
+
+  void uring(io_uring& ring, std::byte* buf) {
     unsigned inflight = 0, slot = 0;
     bool more = true;
     while ((more || inflight) && ok) {
       while (more && inflight < s.depth) {
-        uint64_t i = next.fetch_add(1);
+        const uint64_t i = next.fetch_add(1);
         if (i >= count) {
           more = false;
           break;
         }
         io_uring_sqe* sqe = io_uring_get_sqe(&ring);
-        void* p = buf.data() + (slot++ % s.depth) * s.io;
-        unsigned len = static_cast<unsigned>(std::min(s.io, bytes - i * s.io));
-        if (write)
-          io_uring_prep_write(sqe, fd.get(), p, len, offset + i * s.io);
+        void* p = buf + (slot++ % s.depth) * s.io;
+        if (s.write)
+          io_uring_prep_write(sqe, fd, p, len(i), offset + i * s.io);
         else
-          io_uring_prep_read(sqe, fd.get(), p, len, offset + i * s.io);
+          io_uring_prep_read(sqe, fd, p, len(i), offset + i * s.io);
         ++inflight;
       }
       if (!inflight) break;
@@ -87,38 +94,97 @@ RawMeasure raw_bandwidth(const std::string& path, uint64_t offset, uint64_t byte
         --inflight;
       }
     }
+  }
+};
+
+}  // namespace
+
+RawMeasure raw_bandwidth(const std::string& path, uint64_t offset, uint64_t bytes, const RawSetting& s) {
+  RawMeasure m;
+  const int mode = s.write ? (s.method == RawSetting::kMmap ? O_RDWR : O_WRONLY) : O_RDONLY;
+  Fd fd(s.method == RawSetting::kMmap ? -1 : ::open(path.c_str(), mode | O_DIRECT | O_CLOEXEC));
+  if (!fd) fd = Fd(::open(path.c_str(), mode | O_CLOEXEC));  // tmpfs takes no O_DIRECT; mmap needs none
+  if (!fd) return m;
+  // Buffers, rings and the mapping are set up before the clock starts. What is written is
+  // incompressible, like KV: a device that compresses (zram, some SSDs) or skips zero pages
+  // must do its work.
+  const unsigned slots = s.method == RawSetting::kUring ? s.depth : 1;
+  std::vector<AlignedBuffer> bufs;
+  std::vector<io_uring> rings(s.method == RawSetting::kUring ? s.threads : 0);
+  auto release = [&] {
+    for (auto& r : rings)
+      if (r.ring_fd > 0) io_uring_queue_exit(&r);
   };
+  for (unsigned t = 0; t < s.threads; ++t) {
+    bufs.emplace_back(s.io * slots);
+    if (s.write) {
+      auto* w = reinterpret_cast<uint64_t*>(bufs.back().data());
+      uint64_t x = 0x9E3779B97F4A7C15ull ^ (uint64_t{t} << 32);
+      for (size_t i = 0; i < bufs.back().size() / 8; ++i) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift64
+        w[i] = x;
+      }
+    }
+    if (!rings.empty() && io_uring_queue_init(s.depth, &rings[t], 0) != 0) {
+      rings[t].ring_fd = -1;
+      release();
+      return m;
+    }
+  }
+  std::byte* mapped = nullptr;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)), lead = offset % page;
+  if (s.method == RawSetting::kMmap) {
+    // populated: page faults belong to the first touch of a file, not to its bandwidth
+    void* p = ::mmap(nullptr, bytes + lead, s.write ? PROT_WRITE : PROT_READ, MAP_SHARED | MAP_POPULATE, fd.get(),
+                     static_cast<off_t>(offset - lead));
+    if (p == MAP_FAILED) return m;
+    mapped = static_cast<std::byte*>(p) + lead;
+  }
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> ok{true};
+  RawIo io{s, fd.get(), mapped, offset, bytes, (bytes + s.io - 1) / s.io, next, ok};
   const double c0 = process_cpu_s(), t0 = now_s();
   std::vector<std::thread> workers;
-  for (unsigned t = 0; t < s.threads; ++t) workers.emplace_back(worker, t);
+  for (unsigned t = 0; t < s.threads; ++t)
+    workers.emplace_back([&, t] { rings.empty() ? io.sync(bufs[t].data()) : io.uring(rings[t], bufs[t].data()); });
   for (auto& t : workers) t.join();
-  if (write) ::fdatasync(fd.get());
+  if (s.write && mapped) ::msync(mapped - lead, bytes + lead, MS_SYNC);
+  if (s.write) ::fdatasync(fd.get());
   const double t = now_s() - t0;
   m.cpu_s = process_cpu_s() - c0;
-  for (auto& r : rings) io_uring_queue_exit(&r);
+  if (mapped) ::munmap(mapped - lead, bytes + lead);
+  release();
   m.gbps = ok && t > 0 ? static_cast<double>(bytes) / t / 1e9 : 0;
   return m;
 }
 
-// Threads x depth x I/O size, each measured once on a sample of the range (at most 1 GiB, so the
-// whole sweep takes seconds on a slow disk). A device is fastest at different settings: a
-// virtio disk at few deep queues, zram or tmpfs at a thread per core (each copy or compression
-// runs in the submitting thread).
+// Each setting measured once on a sample of the range (at most 1 GiB, so the whole sweep takes
+// seconds on a slow disk): io_uring at 1 to 16 threads (a ring each) x 4, 16 or 64 in flight,
+// and pread/pwrite at 1 to 16 threads, each at 256 KiB, 1 MiB and 4 MiB I/Os; on tmpfs also
+// memcpy to or from the mapped file. A device is fastest at different settings: a virtio disk
+// at few deep queues, zram at a thread per core (it compresses in the submitting thread), tmpfs
+// writes by memcpy (a write() to one file takes its inode lock, io_uring serializes buffered
+// writes to one file).
 RawSetting best_raw_setting(const std::string& path, uint64_t offset, uint64_t bytes, bool write) {
   const uint64_t sample = std::min<uint64_t>(bytes, 1ull << 30);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<RawSetting::Method> methods = {RawSetting::kUring, RawSetting::kSync};
+  if (on_tmpfs(path)) methods.push_back(RawSetting::kMmap);
   RawSetting best;
   double best_gbps = -1;
-  for (unsigned threads : {1u, 2u, 4u, 8u, 16u}) {
-    if (threads > 2 * cores) break;
-    for (unsigned depth : {4u, 16u, 64u})
-      for (uint64_t io : {uint64_t{256} << 10, uint64_t{1} << 20, uint64_t{4} << 20}) {
-        if (threads * depth * io > sample) continue;  // more in flight than there is to move
-        const RawSetting s{threads, depth, io};
-        const double g = raw_bandwidth(path, offset, sample, write, s).gbps;
-        if (g > best_gbps) best_gbps = g, best = s;
+  for (auto method : methods)
+    for (unsigned threads : {1u, 2u, 4u, 8u, 16u}) {
+      if (threads > 2 * cores) break;
+      for (unsigned depth : {4u, 16u, 64u}) {
+        if (method != RawSetting::kUring && depth > 4) break;  // one depth: one I/O per thread
+        for (uint64_t io : {uint64_t{256} << 10, uint64_t{1} << 20, uint64_t{4} << 20}) {
+          const RawSetting s{method, write, threads, method == RawSetting::kUring ? depth : 1, io};
+          if (uint64_t{s.threads} * s.depth * io > sample) continue;  // more in flight than there is to move
+          const double g = raw_bandwidth(path, offset, sample, s).gbps;
+          if (g > best_gbps) best_gbps = g, best = s;
+        }
       }
-  }
+    }
   return best;
 }
 

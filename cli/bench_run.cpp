@@ -68,8 +68,8 @@ RunResult run_once(const BenchArgs& a, const Printer& print, KvCache& kv, const 
   };
   if (!raw->write_at) raw->write_at = sweep(true);
   print.step("raw write");
-  raw_bandwidth(out.path, out.data_offset, out.data_bytes, true, *raw->write_at);
-  raw->write = raw_bandwidth(out.path, out.data_offset, out.data_bytes, true, *raw->write_at);
+  raw_bandwidth(out.path, out.data_offset, out.data_bytes, *raw->write_at);
+  raw->write = raw_bandwidth(out.path, out.data_offset, out.data_bytes, *raw->write_at);
   raw->bytes = out.data_bytes;
 
   // Requests: the prompt split into `requests` equal prompts (distinct token ids), each with
@@ -144,14 +144,14 @@ RunResult run_once(const BenchArgs& a, const Printer& print, KvCache& kv, const 
   // Loads are repeated, each right after a raw read of the same bytes; the medians are
   // reported (this kind of disk varies by 2x from one pass to the next).
   if (!raw->read_at) raw->read_at = sweep(false);
-  raw_bandwidth(out.path, out.data_offset, out.data_bytes, false, *raw->read_at);  // first pass, not counted
+  raw_bandwidth(out.path, out.data_offset, out.data_bytes, *raw->read_at);  // first pass, not counted
   std::vector<RawMeasure> raws;
   std::vector<Row> loads;
   out.load.verified = true;
   for (unsigned rep = 0; rep < a.repeat; ++rep) {
     kv.clear();
     print.step("raw read " + std::to_string(rep + 1) + "/" + std::to_string(a.repeat));
-    raws.push_back(raw_bandwidth(out.path, out.data_offset, out.data_bytes, false, *raw->read_at));
+    raws.push_back(raw_bandwidth(out.path, out.data_offset, out.data_bytes, *raw->read_at));
     print.step("load " + std::to_string(rep + 1) + "/" + std::to_string(a.repeat));
     size_t hit = 0;
     tutti_lookup(rt, reqs[0].tokens, reqs[0].num_tokens, nullptr, 0, &hit);

@@ -198,9 +198,6 @@ TUTTI_API const char* tutti_last_error(void);
  *                    each with a SQPOLL thread).
  *   queue_depth      I/Os in flight per ring (default 64).
  *   threads          posix, dram and cufile worker threads (default 16).
- *   load_nice        CPU nice value (0-19, default 0) of the threads that read loads (posix,
- *                    uring, dram): above 0, the engine's own threads come first where a load's
- *                    reads cost CPU (zram decompresses in the thread that reads).
  *   store_nice       CPU nice value (0-19, default 19) of the threads that write stores:
  *                    loads have threads (posix, uring, dram) of their own, at the process's
  *                    priority, so neither a load nor the engine's threads wait for a store's

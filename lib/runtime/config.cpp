@@ -31,7 +31,6 @@ const std::vector<OptionInfo>& option_table() {
       {"sqpoll_idle_ms", "2", "gpu-uring: ms without submissions before a SQPOLL thread sleeps"},
       {"sqpoll_shared", "1", "gpu-uring: 1 = all rings share one SQPOLL thread (IORING_SETUP_ATTACH_WQ); 0 = one each"},
       {"threads", "16", "posix backend worker threads"},
-      {"load_nice", "0", "CPU nice (0-19) of the threads that read loads (above 0: the engine's own threads come first where loads cost CPU, e.g. from zram)"},
       {"store_nice", "19", "CPU nice (0-19) of the threads that write stores, so loads and the engine's threads come first"},
       {"store_yield_ms", "0", "how long (ms) each write of a store not yet staged waits while loads are in flight; 0: it does not"},
       {"nvme_controller", "0", "nvme: tutti_kmod's controller number"},
@@ -138,8 +137,6 @@ void apply(Config& c, const std::string& key, const std::string& v) {
     c.sqpoll_shared = v == "1";
   } else if (key == "threads") {
     c.threads = count_of(key, v, 1, 1024);
-  } else if (key == "load_nice") {
-    c.load_nice = count_of(key, v, 0, 19);
   } else if (key == "store_nice") {
     c.store_nice = count_of(key, v, 0, 19);
   } else if (key == "store_yield_ms") {

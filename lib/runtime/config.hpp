@@ -43,7 +43,6 @@ struct Config {
   uint32_t sqpoll_idle_ms = 0;
   bool sqpoll_shared = false;
   uint32_t threads = 0;
-  uint32_t load_nice = 0;
   uint32_t store_nice = 0;
   uint32_t store_yield_ms = 0;  // ReadsFirst's bound
   uint32_t nvme_controller = 0;

@@ -208,7 +208,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   auto cpu_backend = [&](bool stores) {
     BackendConfig c = bc;
     c.stores = stores;
-    c.nice = static_cast<int>(stores ? cfg_.store_nice : cfg_.load_nice);
+    c.nice = stores ? static_cast<int>(cfg_.store_nice) : 0;
     if (stores && store_staging) c.staging = store_staging->regions();
     return b == BackendKind::kDram ? make_dram_backend(c, *dram_pool)
                                    : make_backend(plan.uring_stores ? BackendKind::kUring : b, c);

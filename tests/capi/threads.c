@@ -217,8 +217,8 @@ static int threads_at(const char* name, int nice) {
   return count;
 }
 
-/* The threads that write stores run niced (store_nice), those that load at load_nice, below it:
- * a load never yields the CPU to a store. The loads' scheduler keeps the process's priority. */
+/* The threads that write stores run niced (store_nice), those that load at the process's own
+ * priority: a load never yields the CPU to a store. */
 static void check_niced_stores(th_env* env, const char* backend) {
   uint64_t rng = th_base_seed() ^ 0x72;
   th_kv_spec spec = th_spec_default();
@@ -227,7 +227,7 @@ static void check_niced_stores(th_env* env, const char* backend) {
   char dir[1100];
   snprintf(dir, sizeof dir, "%s/%s", env->dir, backend);
   assert_int_equal(mkdir(dir, 0700), 0);
-  const char* extra[] = {"backend", backend, "store_nice", "7", "load_nice", "3", NULL};
+  const char* extra[] = {"backend", backend, "store_nice", "7", NULL};
   tutti_runtime* rt = NULL;
   int rc = th_open(&rt, dir, "64M", CT, extra, kv);
   if (rc == TUTTI_EUNSUPPORTED) { /* no io_uring here */
@@ -242,7 +242,7 @@ static void check_niced_stores(th_env* env, const char* backend) {
   th_store_prompt(rt, kv, &p, st, th_nblocks(p.n, spec.block_tokens));
   th_load_and_check(rt, kv, &p, ld, th_nblocks(p.n, spec.block_tokens), p.n);
 
-  const int base = getpriority(PRIO_PROCESS, 0), niced = base > 7 ? base : 7, lniced = base > 3 ? base : 3;
+  const int base = getpriority(PRIO_PROCESS, 0), niced = base > 7 ? base : 7;
   char load_name[32], store_name[32];
   snprintf(load_name, sizeof load_name, "tutti-%s", backend);
   snprintf(store_name, sizeof store_name, "tutti-%s-st", backend);
@@ -250,13 +250,13 @@ static void check_niced_stores(th_env* env, const char* backend) {
   /* a thread names and nices itself as it starts: give the slowest a moment */
   for (int tries = 0; tries < 200 && !(loaders > 0 && storers > 0 && sched == 1); tries++) {
     if (tries) usleep(10000);
-    loaders = threads_at(load_name, lniced);
+    loaders = threads_at(load_name, base);
     storers = threads_at(store_name, niced);
     sched = threads_at("tutti-sched-st", niced);
   }
   if (loaders <= 0 || storers <= 0 || sched != 1)
     fail_msg("backend %s: %d load threads at nice %d, %d store threads and %d store schedulers at "
-             "nice %d (-1: one at another nice)", backend, loaders, lniced, storers, sched, niced);
+             "nice %d (-1: one at another nice)", backend, loaders, base, storers, sched, niced);
   TH_EQ(threads_at("tutti-sched-ld", base), 1);
   tutti_runtime_close(rt);
   th_prompt_free(&p);
