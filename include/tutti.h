@@ -197,7 +197,8 @@ TUTTI_API const char* tutti_last_error(void);
  *   rings            io_uring rings, each with its own thread (default 4; gpu-uring: at most 8,
  *                    each with a SQPOLL thread).
  *   queue_depth      I/Os in flight per ring (default 64).
- *   threads          posix, dram and cufile worker threads (default 16).
+ *   threads          posix, dram and cufile worker threads (default auto: the CPUs the process
+ *                    may run on, less 4 left to the engine's own threads, from 4 to 16).
  *   store_nice       CPU nice value (0-19, default 19) of the threads that write stores:
  *                    loads have threads (posix, uring, dram) of their own, at the process's
  *                    priority, so neither a load nor the engine's threads wait for a store's

@@ -586,23 +586,29 @@ void Device::copy_sync(void* dst, const void* src, size_t bytes) {
   check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
 
-void Device::gather(const CopyLayout& l, const void* k, const void* v, uint64_t chunks, size_t n, uint64_t ids) {
+void Device::gather(const CopyLayout& l, const void* k, const void* v, uint64_t chunks, size_t n, uint64_t ids,
+                    uint64_t terms) {
   if (!n) return;
   Guard g(ordinal_);
   auto s = static_cast<cudaStream_t>(gather_stream_);
   auto* kk = const_cast<char*>(static_cast<const char*>(k));
   auto* vv = const_cast<char*>(static_cast<const char*>(v));
   auto* list = reinterpret_cast<const ChunkCopy*>(chunks);
+  const auto* id = reinterpret_cast<const int32_t*>(ids);
+  auto* out = reinterpret_cast<uint64_t*>(terms);
+  // The checksum kernel reads the blocks, and the staging the gather just wrote for the tokens
+  // a chunk's span leaves out (zeros), so it runs after the gather on the same stream.
   if (store_stage_.base) {  // blocks -> device staging at HBM speed, then DMA out
     std::lock_guard lock(store_stage_.mu);
     for (size_t i = 0; i < n; i += store_stage_.chunks) {
       const size_t m = std::min(n - i, store_stage_.chunks);
-      launch<false>(s, l, kk, vv, list + i, m, reinterpret_cast<const int32_t*>(ids), nullptr, nullptr,
-                    store_stage_.base);
+      launch<false>(s, l, kk, vv, list + i, m, id, nullptr, nullptr, store_stage_.base);
+      if (out) launch_terms(s, l, kk, vv, list + i, m, id, nullptr, out + i, store_stage_.base);
       copy_stage(s, store_stage_.base, list + i, nullptr, m, l.sides * l.v_offset, false);
     }
   } else {
-    launch<false>(s, l, kk, vv, list, n, reinterpret_cast<const int32_t*>(ids));
+    launch<false>(s, l, kk, vv, list, n, id);
+    if (out) launch_terms(s, l, kk, vv, list, n, id, nullptr, out);
   }
   auto e = static_cast<cudaEvent_t>(gathered_);
   check(cudaEventRecord(e, s), "cudaEventRecord");

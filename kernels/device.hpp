@@ -106,8 +106,12 @@ class Device {
   // One copy between host and device memory on the calling thread's own stream, waited for:
   // the per-block baseline's copy per block, as page-granular SSD tiers do it.
   void copy_sync(void* dst, const void* src, size_t bytes);
-  // Blocks -> staging for `n` chunks of one layer; returns once the bytes are in staging.
-  void gather(const CopyLayout& l, const void* k, const void* v, uint64_t chunks, size_t n, uint64_t ids);
+  // Blocks -> staging for `n` chunks of one layer; returns once the bytes are in staging. With
+  // `terms` (device-visible), terms[i] receives chunk i's checksum terms, hashed on the GPU from
+  // the same blocks (the CPU finishes them: layer_sum_of_terms), so a store's checksum costs
+  // the CPU nothing.
+  void gather(const CopyLayout& l, const void* k, const void* v, uint64_t chunks, size_t n, uint64_t ids,
+              uint64_t terms = 0);
 
  private:
   int ordinal_;

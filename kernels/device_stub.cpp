@@ -40,7 +40,7 @@ void Device::layer_terms_sync(const CopyLayout&, const void*, const void*, uint6
 }
 void Device::page_hashes(const void*, size_t, uint64_t*) { no_cuda(); }
 void Device::copy_sync(void*, const void*, size_t) { no_cuda(); }
-void Device::gather(const CopyLayout&, const void*, const void*, uint64_t, size_t, uint64_t) { no_cuda(); }
+void Device::gather(const CopyLayout&, const void*, const void*, uint64_t, size_t, uint64_t, uint64_t) { no_cuda(); }
 void* alloc(int, size_t) { no_cuda(); }
 void free(void*) {}
 void copy_to_device(void*, const void*, size_t) { no_cuda(); }

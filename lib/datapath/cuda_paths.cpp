@@ -50,7 +50,7 @@ class StagedCudaRun final : public IoRun {
  public:
   StagedCudaRun(const PathParts& parts, bool load, std::deque<PathChunk>& chunks, PathSink& sink)
       : IoRun(parts, load, chunks, sink, {{0, parts.kv->shape().layer_bytes()}}, parts.staging, *parts.backend),
-        mem_(*parts.device, *parts.kv, chunks, parts.kv->shape().layers, false, verify_),
+        mem_(*parts.device, *parts.kv, chunks, parts.kv->shape().layers, false, verify_ || !load),
         scattered_(size_t{parts.kv->shape().layers} * chunks.size()) {}
 
   // On a CUDA thread, once the wave's scatter (and checksum) kernels have run over its first n
@@ -84,9 +84,7 @@ class StagedCudaRun final : public IoRun {
   uint32_t* scattered(const Wave& w) { return scattered_.data() + size_t{w.layer} * chunks_.size() + w.first; }
 
   void prepare(LayerOp& op) override {
-    if (!op.write) return;
-    zero_padding(op.buf);  // the gather kernel filled the rest
-    chunks_[op.item].sums[op.layer] = layer_sum(op.buf, op.length);
+    if (op.write) zero_padding(op.buf);  // the gather kernel filled the rest, and hashed it
   }
   int64_t read_over(LayerOp&, int64_t res) override { return res; }  // checked in the blocks
   bool holds_staging() const override { return true; }
@@ -101,7 +99,11 @@ class StagedCudaRun final : public IoRun {
     }
     try {
       p_.device->gather(kv_.copy_layout(), kv_.k(layer), kv_.v(layer),
-                        mem_.copies_dev(layer) + first * sizeof(gpu::ChunkCopy), group.size(), mem_.ids());
+                        mem_.copies_dev(layer) + first * sizeof(gpu::ChunkCopy), group.size(), mem_.ids(),
+                        mem_.terms_dev(layer) + first * sizeof(uint64_t));
+      for (size_t i = 0; i < group.size(); ++i)
+        chunks_[static_cast<LayerOp*>(group[i])->item].sums[layer] =
+            layer_sum_of_terms(mem_.terms(layer)[first + i], kv_.shape().layer_bytes());
     } catch (const Error& e) {
       for (IoOp* op : group) fail(static_cast<LayerOp*>(op)->item, layer, e.code(), e.what());
     }
@@ -225,7 +227,7 @@ class MappedCudaRun final : public RunBase {
  public:
   MappedCudaRun(const PathParts& parts, bool load, std::deque<PathChunk>& chunks, PathSink& sink)
       : RunBase(parts, load, chunks, sink),
-        mem_(*parts.device, *parts.kv, chunks, parts.kv->shape().layers, true, verify_),
+        mem_(*parts.device, *parts.kv, chunks, parts.kv->shape().layers, true, verify_ || !load),
         landing_(std::make_unique<std::atomic<uint32_t>[]>(parts.kv->shape().layers)) {}
 
   void issue(uint32_t layer) override {
@@ -254,24 +256,25 @@ class MappedCudaRun final : public RunBase {
       return release(layer);
     }
     try {
-      p_.device->gather(kv_.copy_layout(), kv_.k(layer), kv_.v(layer), mem_.copies_dev(layer), n, mem_.ids());
+      p_.device->gather(kv_.copy_layout(), kv_.k(layer), kv_.v(layer), mem_.copies_dev(layer), n, mem_.ids(),
+                        mem_.terms_dev(layer));
     } catch (const Error& e) {
       for (uint32_t i = 0; i < n; ++i) fail(i, layer, e.code(), e.what());
       return sink_.layer_landed(layer);
     }
-    // The padding after K and after V is checksummed: it must hold defined bytes.
+    // The padding after K and after V is hashed as zeros: the pool must hold zeros there too.
+    // Touching the extent also finds a file truncated under the mapping.
     const Shape& s = kv_.shape();
     const uint64_t pad = s.v_offset() - s.kv_bytes();
     for (uint32_t i = 0; i < n; ++i) {
       const Extent e = g.layer_extent(chunks_[i].slot, layer);
       std::byte* extent = dram.host(e.file, e.offset);
-      uint64_t sum = 0;
       const bool ok = touch_mapped([&] {
+        (void)*static_cast<volatile std::byte*>(extent);
         for (uint32_t side = 0; side < s.sides(); ++side) std::memset(extent + side * s.v_offset() + s.kv_bytes(), 0, pad);
-        sum = layer_sum(extent, s.layer_bytes());
       });
       if (!ok) fail(i, layer, TUTTI_EIO, "write to " + where(i, layer) + ": the file was truncated under its mapping (by another process?)");
-      chunks_[i].sums[layer] = sum;
+      chunks_[i].sums[layer] = layer_sum_of_terms(mem_.terms(layer)[i], s.layer_bytes());
     }
     p_.counters->bytes_written += n * s.layer_bytes();
     sink_.layer_landed(layer);
