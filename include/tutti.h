@@ -197,6 +197,11 @@ TUTTI_API const char* tutti_last_error(void);
  *   rings            io_uring rings, each with its own thread (default 4; gpu-uring: at most 8,
  *                    each with a SQPOLL thread).
  *   queue_depth      I/Os in flight per ring (default 64).
+ *   async_reads      auto | on | off: uring and gpu-uring hand reads to io_uring's worker
+ *                    threads (IOSQE_ASYNC) instead of doing them in the ring's own thread (or
+ *                    SQPOLL thread). auto (default): for pool files whose bytes the CPU copies
+ *                    in the submitting thread: tmpfs, ramfs, and block devices that are memory
+ *                    (zram, which also decompresses there; brd; pmem).
  *   threads          posix, dram and cufile worker threads (default auto: the CPUs the process
  *                    may run on, less 4 left to the engine's own threads, from 4 to 16).
  *   store_nice       CPU nice value (0-19, default 19) of the threads that write stores:

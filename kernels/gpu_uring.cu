@@ -62,9 +62,10 @@ __device__ void drain(const DevRing& R, State* st, uint32_t r) {
   atomicExch(&st->lock[r], 0u);
 }
 
-// One block, one warp per ring. Reads of page-cache files go to io_uring's workers
-// (IOSQE_ASYNC): done inline, the SQPOLL thread would copy every byte itself. Warp r submits the chunks i with i % rings == r, then its lane 0
-// drains ring r until all `target` reads of this stream are done.
+// One block, one warp per ring. Reads of files whose bytes the CPU copies (tmpfs, zram) go to
+// io_uring's workers (IOSQE_ASYNC): done inline, the SQPOLL thread would copy (and decompress)
+// every byte itself. Warp r submits the chunks i with i % rings == r, then its lane 0 drains
+// ring r until all `target` reads of this stream are done.
 __global__ void load_layer_io(const DevRing* rings, uint32_t nrings, State* st, uint32_t stream,
                               unsigned long long target, LayerLoad a) {
   const uint32_t r = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -93,7 +94,7 @@ __global__ void load_layer_io(const DevRing* rings, uint32_t nrings, State* st, 
       const IoTarget g = targets[i];
       const io_uring_sqe s = fixed_rw_sqe(false, c.file, g.host, static_cast<uint32_t>(a.layer_bytes),
                                           c.offset0 + a.layer * a.layer_bytes, static_cast<uint16_t>(g.buf_index),
-                                          (uint64_t{stream} << 32) | i, c.buffered ? IOSQE_ASYNC : 0);
+                                          (uint64_t{stream} << 32) | i, c.async ? IOSQE_ASYNC : 0);
       const uint4* src = reinterpret_cast<const uint4*>(&s);
       uint4* dst = reinterpret_cast<uint4*>(R.sqes + ((t + j) & R.sq_mask));
       for (int q = 0; q < 4; ++q) dst[q] = src[q];

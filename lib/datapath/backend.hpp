@@ -41,6 +41,9 @@ class IoOp {
 
 struct BackendConfig {
   std::vector<int> fds;                // pool files, indexed by IoOp::file
+  // Per file: uring and gpu-uring hand its reads to io_uring's worker threads (IOSQE_ASYNC),
+  // for files whose bytes the submitting thread's CPU would copy (option async_reads).
+  std::vector<uint8_t> async_reads;
   std::vector<iovec> staging;          // regions to register (io_uring fixed buffers)
   unsigned rings = 4;                  // uring: rings, each with its own thread
   unsigned queue_depth = 64;           // uring: I/Os in flight per ring

@@ -36,7 +36,7 @@ class GpuUringRun final : public RunBase {
     const Geometry& g = p_.pool->geometry();
     for (size_t i = 0; i < n; ++i) {
       const Extent e = g.layer_extent(chunks_[i].slot, 0);
-      io[i] = gpu::IoChunk{e.offset, e.file, p_.pool->file(e.file).in_memory ? 1u : 0u};
+      io[i] = gpu::IoChunk{e.offset, e.file, p_.async_reads.at(e.file) ? 1u : 0u};
     }
     chunks_dev_ = dev;
     sets_.resize(sets);

@@ -97,6 +97,7 @@ struct PathParts {
   bool direct = false;            // host: vectored I/O straight into the blocks
   unsigned lookahead = 4;
   ReadsFirst* reads_first = nullptr;  // stores: each write not staged yet asks it first
+  std::vector<uint8_t> async_reads;   // per pool file: BackendConfig::async_reads
 };
 
 class LayerPath {

@@ -7,6 +7,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -39,6 +40,7 @@ class Ring {
     if (!cfg.fds.empty() && io_uring_register_files(&ring_, cfg.fds.data(), static_cast<unsigned>(cfg.fds.size())) == 0)
       fixed_files_ = true;
     fds_ = cfg.fds;
+    async_reads_ = cfg.async_reads;
     if (!cfg.staging.empty() &&
         io_uring_register_buffers(&ring_, cfg.staging.data(), static_cast<unsigned>(cfg.staging.size())) == 0)
       fixed_buffers_ = true;
@@ -74,11 +76,13 @@ class Ring {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     const int fd = fixed_files_ ? static_cast<int>(op->file) : fds_[op->file];
     const uint64_t off = op->offset + op->done;
+    // A read the CPU copies goes to io_uring's workers, many at once, not to this one thread.
+    const uint8_t async = !op->write && op->file < async_reads_.size() && async_reads_[op->file] ? IOSQE_ASYNC : 0;
     if (op->buf_index >= 0 && fixed_buffers_ && fixed_files_ && op->iov == nullptr) {
       // The same SQE the GPU producer writes (kernels/sqe.hpp).
       *sqe = gpu::fixed_rw_sqe(op->write, op->file, reinterpret_cast<uint64_t>(op->buf + op->done),
                                static_cast<uint32_t>(op->length - op->done), off,
-                               static_cast<uint16_t>(op->buf_index), reinterpret_cast<uint64_t>(op));
+                               static_cast<uint16_t>(op->buf_index), reinterpret_cast<uint64_t>(op), async);
       return;
     }
     remaining_iovecs(*op);
@@ -88,6 +92,7 @@ class Ring {
     else
       io_uring_prep_readv(sqe, fd, op->rest.data(), cnt, off);
     if (fixed_files_) sqe->flags |= IOSQE_FIXED_FILE;
+    sqe->flags |= async;
     io_uring_sqe_set_data(sqe, op);
   }
 
@@ -148,6 +153,7 @@ class Ring {
   Fd efd_;
   uint64_t wake_value_ = 0;
   std::vector<int> fds_;
+  std::vector<uint8_t> async_reads_;
   bool fixed_files_ = false;
   bool fixed_buffers_ = false;
   std::mutex mu_;
@@ -158,7 +164,8 @@ class Ring {
 
 class UringBackend final : public Backend {
  public:
-  explicit UringBackend(const BackendConfig& cfg) : nice_(cfg.nice) {
+  explicit UringBackend(const BackendConfig& cfg)
+      : nice_(cfg.nice), async_(!cfg.stores && std::count(cfg.async_reads.begin(), cfg.async_reads.end(), 1) > 0) {
     unsigned n = cfg.rings ? cfg.rings : 1;
     unsigned depth = cfg.queue_depth ? cfg.queue_depth : 64;
     for (unsigned i = 0; i < n; ++i) rings_.push_back(std::make_unique<Ring>(cfg, depth));
@@ -168,7 +175,8 @@ class UringBackend final : public Backend {
   std::string describe() const override {
     return "uring: " + std::to_string(rings_.size()) + " rings x depth " + std::to_string(depth_) +
            (rings_[0]->fixed_files() ? ", fixed files" : "") + (rings_[0]->fixed_buffers() ? ", fixed buffers" : "") +
-           (nice_ > 0 ? ", threads at nice " + std::to_string(nice_) : "");
+           (nice_ > 0 ? ", threads at nice " + std::to_string(nice_) : "") +
+           (async_ ? ", reads of CPU-copied files by io_uring's workers" : "");
   }
   void submit(std::span<IoOp* const> ops) override {
     // Round-robin: the ops of one layer spread over every ring and thread.
@@ -186,6 +194,7 @@ class UringBackend final : public Backend {
   std::vector<std::unique_ptr<Ring>> rings_;
   unsigned depth_ = 0;
   int nice_;
+  bool async_;
   std::atomic<size_t> next_{0};
 };
 

@@ -86,6 +86,22 @@ void lock_file(const PoolFile& f, int op, LockMode mode) {
   }
 }
 
+// Whether the block device `dev` (or the disk it is a partition of) is memory that the CPU of
+// the submitting thread copies (or compresses) into: zram, brd (ram0...), pmem. Its name, from
+// /sys/dev/block/MAJ:MIN -> .../block/<disk>[/<partition>].
+bool memory_block_device(dev_t dev) {
+  char link[64], target[512];
+  std::snprintf(link, sizeof link, "/sys/dev/block/%u:%u", major(dev), minor(dev));
+  const ssize_t n = ::readlink(link, target, sizeof target - 1);
+  if (n <= 0) return false;
+  target[n] = 0;
+  const char* disk = std::strstr(target, "/block/");
+  if (!disk) return false;
+  disk += 7;
+  auto is = [&](const char* prefix) { return std::strncmp(disk, prefix, std::strlen(prefix)) == 0; };
+  return is("zram") || is("ram") || is("pmem");
+}
+
 // lock_op 0: no lock (a read-only view, which then never writes).
 PoolFile open_file(const std::string& path, bool create, int lock_op, LockMode mode) {
   PoolFile f;
@@ -100,6 +116,9 @@ PoolFile open_file(const std::string& path, bool create, int lock_op, LockMode m
   f.fd = Fd(fd);
   struct statfs fs;
   f.in_memory = ::fstatfs(fd, &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC);
+  struct stat st;
+  f.cpu_moved = f.in_memory ||
+                (::fstat(fd, &st) == 0 && memory_block_device(S_ISBLK(st.st_mode) ? st.st_rdev : st.st_dev));
   if (lock_op) lock_file(f, lock_op, mode);
   return f;
 }

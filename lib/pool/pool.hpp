@@ -45,6 +45,9 @@ struct PoolFile {
   Fd fd;
   bool direct = true;      // opened with O_DIRECT (older tmpfs cannot, and then reads are buffered)
   bool in_memory = false;  // on tmpfs or ramfs: every read is a copy by the CPU that issues it
+  // Its bytes are moved by the CPU of the thread that submits each I/O, not by a device's DMA:
+  // tmpfs and ramfs, or a block device that is memory (zram, which also compresses; brd; pmem).
+  bool cpu_moved = false;
 };
 
 class Pool {

@@ -33,6 +33,7 @@ const std::vector<OptionInfo>& option_table() {
       {"queue_depth", "64", "I/Os in flight per ring"},
       {"sqpoll_idle_ms", "2", "gpu-uring: ms without submissions before a SQPOLL thread sleeps"},
       {"sqpoll_shared", "1", "gpu-uring: 1 = all rings share one SQPOLL thread (IORING_SETUP_ATTACH_WQ); 0 = one each"},
+      {"async_reads", "auto", "auto | on | off: uring and gpu-uring reads go to io_uring's worker threads (auto: for pool files whose bytes the CPU copies: tmpfs, zram, brd, pmem)"},
       {"threads", "auto", "posix, dram and cufile worker threads (auto: the CPUs this process may use less 4, from 4 to 16)"},
       {"store_nice", "19", "CPU nice (0-19) of the threads that write stores, so loads and the engine's threads come first"},
       {"store_yield_ms", "0", "how long (ms) each write of a store not yet staged waits while loads are in flight; 0: it does not"},
@@ -147,6 +148,9 @@ void apply(Config& c, const std::string& key, const std::string& v) {
   } else if (key == "sqpoll_shared") {
     TUTTI_EXPECT(v == "0" || v == "1", "option sqpoll_shared: '" + v + "' is not 0 or 1");
     c.sqpoll_shared = v == "1";
+  } else if (key == "async_reads") {
+    TUTTI_EXPECT(v == "auto" || v == "on" || v == "off", "option async_reads: '" + v + "' is not auto, on or off");
+    c.async_reads = v;
   } else if (key == "threads") {
     c.threads = v == "auto" ? auto_threads() : count_of(key, v, 1, 1024);
   } else if (key == "store_nice") {

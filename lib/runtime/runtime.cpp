@@ -140,7 +140,10 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
     lookup_server = std::make_unique<LookupServer>(cfg_.lookup_socket, std::move(h));
   }
   BackendConfig bc;
-  for (size_t i = 0; i < pool->files(); ++i) bc.fds.push_back(pool->file(i).fd.get());
+  for (size_t i = 0; i < pool->files(); ++i) {
+    bc.fds.push_back(pool->file(i).fd.get());
+    bc.async_reads.push_back(cfg_.async_reads == "auto" ? pool->file(i).cpu_moved : cfg_.async_reads == "on");
+  }
   bc.rings = cfg_.rings;
   bc.queue_depth = cfg_.queue_depth;
   bc.sqpoll_idle_ms = cfg_.sqpoll_idle_ms;
@@ -252,6 +255,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   store.direct = plan.direct;
   store.lookahead = cfg_.lookahead;
   store.reads_first = &reads_first_;
+  store.async_reads = bc.async_reads;
   PathParts load = store;
   load.staging = load_staging ? load_staging.get() : staging.get();
   if (load_backend) load.backend = load_backend.get();

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // URIs, sizes and options.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <stdlib.h>
+
+#include <algorithm>
 
 #include "common/error.hpp"
 #include "common/units.hpp"
@@ -50,6 +53,20 @@ TEST(Options, DefaultsEnvironmentAndOverrides) {
   ASSERT_EQ(c.pools.size(), 1u);
   ::unsetenv("TUTTI_CHUNK_TOKENS");
   ::unsetenv("TUTTI_POOL");
+}
+
+// threads=auto leaves four of the CPUs this process may use to the engine, 4 to 16 in all.
+TEST(Options, AutoThreadsLeaveTheEngineCores) {
+  cpu_set_t set;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof set, &set), 0);
+  const long expect = std::clamp<long>(CPU_COUNT(&set) - 4, 4, 16);
+  Options o;
+  EXPECT_EQ(o.resolve().threads, static_cast<uint32_t>(expect));
+  o.set("threads", "3");
+  EXPECT_EQ(o.resolve().threads, 3u);
+  o.set("async_reads", "on");
+  EXPECT_EQ(o.resolve().async_reads, "on");
+  EXPECT_THROW(o.set("async_reads", "sometimes"), Error);
 }
 
 TEST(Options, BadInputIsRefusedAtSet) {

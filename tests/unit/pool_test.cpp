@@ -2,6 +2,8 @@
 // Pool files: creation, fingerprint checks, commit records and their recovery.
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -236,6 +238,27 @@ TEST_F(PoolTest, TooSmallForOneChunk) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), TUTTI_EINVAL);
   }
+}
+
+// Whose CPU moves a file's bytes decides where io_uring reads it (option async_reads): a pool
+// on tmpfs is copied by the submitting thread; one on a disk's filesystem is not.
+TEST_F(PoolTest, KnowsWhenTheCpuMovesTheBytes) {
+  struct statfs fs;
+  ASSERT_EQ(::statfs(dir_.c_str(), &fs), 0);
+  if (fs.f_type != TMPFS_MAGIC) {  // /tmp on a disk (on zram it would be true, rightly)
+    auto p = Pool::open(opts(), shape_);
+    EXPECT_FALSE(p->file(0).in_memory);
+    EXPECT_FALSE(p->file(0).cpu_moved);
+  }
+  if (::access("/dev/shm", W_OK) != 0) GTEST_SKIP() << "no writable /dev/shm";
+  PoolOptions o = opts();
+  o.uris[0].path = "/dev/shm/tutti-pool-test-" + std::to_string(::getpid());
+  {
+    auto shm = Pool::open(o, shape_);
+    EXPECT_TRUE(shm->file(0).in_memory);
+    EXPECT_TRUE(shm->file(0).cpu_moved);
+  }
+  ::unlink(o.uris[0].path.c_str());
 }
 
 }  // namespace tutti
