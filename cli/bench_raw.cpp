@@ -158,7 +158,7 @@ RawMeasure raw_bandwidth(const std::string& path, uint64_t offset, uint64_t byte
   return m;
 }
 
-// Each setting measured once on a sample of the range (at most 1 GiB, so the whole sweep takes
+// Each setting measured once on a sample of the range (at most 512 MiB, so the whole sweep takes
 // seconds on a slow disk): io_uring at 1 to 16 threads (a ring each) x 4, 16 or 64 in flight,
 // and pread/pwrite at 1 to 16 threads, each at 256 KiB, 1 MiB and 4 MiB I/Os; on tmpfs also
 // memcpy to or from the mapped file. A device is fastest at different settings: a virtio disk
@@ -166,7 +166,7 @@ RawMeasure raw_bandwidth(const std::string& path, uint64_t offset, uint64_t byte
 // writes by memcpy (a write() to one file takes its inode lock, io_uring serializes buffered
 // writes to one file).
 RawSetting best_raw_setting(const std::string& path, uint64_t offset, uint64_t bytes, bool write) {
-  const uint64_t sample = std::min<uint64_t>(bytes, 1ull << 30);
+  const uint64_t sample = std::min<uint64_t>(bytes, 512ull << 20);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   std::vector<RawSetting::Method> methods = {RawSetting::kUring, RawSetting::kSync};
   if (on_tmpfs(path)) methods.push_back(RawSetting::kMmap);
