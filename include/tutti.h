@@ -202,6 +202,11 @@ TUTTI_API const char* tutti_last_error(void);
  *                    SQPOLL thread). auto (default): for pool files whose bytes the CPU copies
  *                    in the submitting thread: tmpfs, ramfs, and block devices that are memory
  *                    (zram, which also decompresses there; brd; pmem).
+ *   store_sums       cpu | gpu: who computes the checksums of a store from CUDA memory for its
+ *                    commit records. cpu (default): the thread that writes it (the scheduler
+ *                    thread for dram) reads the stored bytes again; gpu: the gather's checksum
+ *                    kernel hashes the same blocks, and the CPU only adds up its terms. gpu is
+ *                    not yet the default: it has not run on a GPU machine.
  *   threads          posix, dram and cufile worker threads (default auto: the CPUs the process
  *                    may run on, less 4 left to the engine's own threads, from 4 to 16).
  *   store_nice       CPU nice value (0-19, default 19) of the threads that write stores:

@@ -50,7 +50,7 @@ class StagedCudaRun final : public IoRun {
  public:
   StagedCudaRun(const PathParts& parts, bool load, std::deque<PathChunk>& chunks, PathSink& sink)
       : IoRun(parts, load, chunks, sink, {{0, parts.kv->shape().layer_bytes()}}, parts.staging, *parts.backend),
-        mem_(*parts.device, *parts.kv, chunks, parts.kv->shape().layers, false, verify_ || !load),
+        mem_(*parts.device, *parts.kv, chunks, parts.kv->shape().layers, false, verify_ || (!load && parts.gpu_sums)),
         scattered_(size_t{parts.kv->shape().layers} * chunks.size()) {}
 
   // On a CUDA thread, once the wave's scatter (and checksum) kernels have run over its first n
@@ -84,7 +84,9 @@ class StagedCudaRun final : public IoRun {
   uint32_t* scattered(const Wave& w) { return scattered_.data() + size_t{w.layer} * chunks_.size() + w.first; }
 
   void prepare(LayerOp& op) override {
-    if (op.write) zero_padding(op.buf);  // the gather kernel filled the rest, and hashed it
+    if (!op.write) return;
+    zero_padding(op.buf);  // the gather kernel filled the rest (and with gpu_sums hashed it)
+    if (!p_.gpu_sums) chunks_[op.item].sums[op.layer] = layer_sum(op.buf, op.length);
   }
   int64_t read_over(LayerOp&, int64_t res) override { return res; }  // checked in the blocks
   bool holds_staging() const override { return true; }
@@ -100,8 +102,8 @@ class StagedCudaRun final : public IoRun {
     try {
       p_.device->gather(kv_.copy_layout(), kv_.k(layer), kv_.v(layer),
                         mem_.copies_dev(layer) + first * sizeof(gpu::ChunkCopy), group.size(), mem_.ids(),
-                        mem_.terms_dev(layer) + first * sizeof(uint64_t));
-      for (size_t i = 0; i < group.size(); ++i)
+                        p_.gpu_sums ? mem_.terms_dev(layer) + first * sizeof(uint64_t) : 0);
+      for (size_t i = 0; i < group.size() && p_.gpu_sums; ++i)
         chunks_[static_cast<LayerOp*>(group[i])->item].sums[layer] =
             layer_sum_of_terms(mem_.terms(layer)[first + i], kv_.shape().layer_bytes());
     } catch (const Error& e) {
@@ -227,7 +229,7 @@ class MappedCudaRun final : public RunBase {
  public:
   MappedCudaRun(const PathParts& parts, bool load, std::deque<PathChunk>& chunks, PathSink& sink)
       : RunBase(parts, load, chunks, sink),
-        mem_(*parts.device, *parts.kv, chunks, parts.kv->shape().layers, true, verify_ || !load),
+        mem_(*parts.device, *parts.kv, chunks, parts.kv->shape().layers, true, verify_ || (!load && parts.gpu_sums)),
         landing_(std::make_unique<std::atomic<uint32_t>[]>(parts.kv->shape().layers)) {}
 
   void issue(uint32_t layer) override {
@@ -257,7 +259,7 @@ class MappedCudaRun final : public RunBase {
     }
     try {
       p_.device->gather(kv_.copy_layout(), kv_.k(layer), kv_.v(layer), mem_.copies_dev(layer), n, mem_.ids(),
-                        mem_.terms_dev(layer));
+                        p_.gpu_sums ? mem_.terms_dev(layer) : 0);
     } catch (const Error& e) {
       for (uint32_t i = 0; i < n; ++i) fail(i, layer, e.code(), e.what());
       return sink_.layer_landed(layer);
@@ -269,12 +271,14 @@ class MappedCudaRun final : public RunBase {
     for (uint32_t i = 0; i < n; ++i) {
       const Extent e = g.layer_extent(chunks_[i].slot, layer);
       std::byte* extent = dram.host(e.file, e.offset);
+      uint64_t sum = 0;
       const bool ok = touch_mapped([&] {
         (void)*static_cast<volatile std::byte*>(extent);
         for (uint32_t side = 0; side < s.sides(); ++side) std::memset(extent + side * s.v_offset() + s.kv_bytes(), 0, pad);
+        if (!p_.gpu_sums) sum = layer_sum(extent, s.layer_bytes());
       });
       if (!ok) fail(i, layer, TUTTI_EIO, "write to " + where(i, layer) + ": the file was truncated under its mapping (by another process?)");
-      chunks_[i].sums[layer] = layer_sum_of_terms(mem_.terms(layer)[i], s.layer_bytes());
+      chunks_[i].sums[layer] = p_.gpu_sums ? layer_sum_of_terms(mem_.terms(layer)[i], s.layer_bytes()) : sum;
     }
     p_.counters->bytes_written += n * s.layer_bytes();
     sink_.layer_landed(layer);

@@ -98,6 +98,7 @@ struct PathParts {
   unsigned lookahead = 4;
   ReadsFirst* reads_first = nullptr;  // stores: each write not staged yet asks it first
   std::vector<uint8_t> async_reads;   // per pool file: BackendConfig::async_reads
+  bool gpu_sums = false;              // stores from CUDA memory: hashed by the gather's checksum kernel
 };
 
 class LayerPath {

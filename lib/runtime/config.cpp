@@ -34,6 +34,7 @@ const std::vector<OptionInfo>& option_table() {
       {"sqpoll_idle_ms", "2", "gpu-uring: ms without submissions before a SQPOLL thread sleeps"},
       {"sqpoll_shared", "1", "gpu-uring: 1 = all rings share one SQPOLL thread (IORING_SETUP_ATTACH_WQ); 0 = one each"},
       {"async_reads", "auto", "auto | on | off: uring and gpu-uring reads go to io_uring's worker threads (auto: for pool files whose bytes the CPU copies: tmpfs, zram, brd, pmem)"},
+      {"store_sums", "cpu", "cpu | gpu: who hashes a store from CUDA memory for its commit record (gpu: the gather's checksum kernel, from the same blocks; cpu: a thread reads the stored bytes again)"},
       {"threads", "auto", "posix, dram and cufile worker threads (auto: the CPUs this process may use less 4, from 4 to 16)"},
       {"store_nice", "19", "CPU nice (0-19) of the threads that write stores, so loads and the engine's threads come first"},
       {"store_yield_ms", "0", "how long (ms) each write of a store not yet staged waits while loads are in flight; 0: it does not"},
@@ -151,6 +152,9 @@ void apply(Config& c, const std::string& key, const std::string& v) {
   } else if (key == "async_reads") {
     TUTTI_EXPECT(v == "auto" || v == "on" || v == "off", "option async_reads: '" + v + "' is not auto, on or off");
     c.async_reads = v;
+  } else if (key == "store_sums") {
+    TUTTI_EXPECT(v == "cpu" || v == "gpu", "option store_sums: '" + v + "' is not cpu or gpu");
+    c.store_sums = v;
   } else if (key == "threads") {
     c.threads = v == "auto" ? auto_threads() : count_of(key, v, 1, 1024);
   } else if (key == "store_nice") {

@@ -43,6 +43,7 @@ struct Config {
   uint32_t sqpoll_idle_ms = 0;
   bool sqpoll_shared = false;
   std::string async_reads;  // auto | on | off
+  std::string store_sums;   // cpu | gpu
   uint32_t threads = 0;
   uint32_t store_nice = 0;
   uint32_t store_yield_ms = 0;  // ReadsFirst's bound

@@ -256,6 +256,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   store.lookahead = cfg_.lookahead;
   store.reads_first = &reads_first_;
   store.async_reads = bc.async_reads;
+  store.gpu_sums = cfg_.store_sums == "gpu";
   PathParts load = store;
   load.staging = load_staging ? load_staging.get() : staging.get();
   if (load_backend) load.backend = load_backend.get();

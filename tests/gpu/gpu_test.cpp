@@ -238,6 +238,49 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GpuRoundTrip,
                                            Case{"posix", 1, true, true, "object", "512K", "256K"},
                                            Case{"uring", 0, true, false, "object", "0", "768K"}));
 
+// store_sums=gpu: each store's checksums come from the gather's checksum kernel, and every load
+// is checked against them where it lands: a prompt ending inside a chunk (its partial chunk
+// holds zeros past its 48 tokens) loads back whole through each path and staging kind.
+class GpuStoreSums : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GpuStoreSums, LoadsCheckAgainstGpuHashedStores) {
+  const Case c = GetParam();
+  ::setenv("TUTTI_STORE_SUMS", "gpu", 1);
+  Dir dir(c.shm);
+  const uint32_t layers = 3, bt = 16, n = 304, nb = n / bt, blocks = 2 * nb;  // chunks of 64: 4 and 48 tokens
+  DeviceKv kv(layers, blocks, bt, 8, 128, c.hnd);
+  int rc = 0;
+  tutti_runtime* rt = open_runtime(dir.path + "/pool", c.backend, kv.layout, true, c.io_mode, &rc, c.device_staging,
+                                   c.staging);
+  ::unsetenv("TUTTI_STORE_SUMS");
+  ASSERT_NE(rt, nullptr) << tutti_strerror(rc) << ": " << tutti_last_error();
+  std::vector<int32_t> table(blocks);
+  for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>(i);
+  std::shuffle(table.begin(), table.end(), std::mt19937(11));
+  const int32_t* st = table.data();
+  const int32_t* ld = table.data() + nb;
+  std::vector<int32_t> tokens(n);
+  for (uint32_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>(9000 + i * 7);
+  kv.fill(tokens, st);
+  std::vector<tutti_request> reqs{whole_prompt(tokens, st, bt)};
+  ASSERT_EQ(run(rt, TUTTI_OP_STORE, reqs, layers), 0) << tutti_last_error();
+  size_t hit = 0;
+  ASSERT_EQ(tutti_lookup(rt, tokens.data(), tokens.size(), nullptr, 0, &hit), 0);
+  EXPECT_EQ(hit, n);
+  reqs = {whole_prompt(tokens, ld, bt)};
+  ASSERT_EQ(run(rt, TUTTI_OP_LOAD, reqs, layers), 0) << tutti_last_error();  // ECORRUPT if a sum were off
+  EXPECT_EQ(kv.check(tokens, ld, 0, n), "");
+  tutti_runtime_close(rt);
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, GpuStoreSums,
+                         ::testing::Values(Case{"uring", 0, true}, Case{"posix", 1, true},
+                                           Case{"gpu-uring", 0, true}, Case{"dram", 0, true, true},
+                                           Case{"dram", 1, true, true, "object", "0"},
+                                           Case{"uring", 0, true, false, "object", "0"},
+                                           Case{"posix", 1, true, false, "object", "512K"},
+                                           Case{"uring", 0, true, false, "object", nullptr, "1M"}));
+
 // Ranges that start and end inside chunks, over blocks that divide the chunk (16), do not (24),
 // or are larger than it (80): a load writes exactly the range's rows into HBM, every other byte
 // of the cache stays as it was, and the checks pass (the checksum kernel reads the rows left
