@@ -158,26 +158,31 @@ RawMeasure raw_bandwidth(const std::string& path, uint64_t offset, uint64_t byte
   return m;
 }
 
-// Each setting measured once on a sample of the range (at most 512 MiB, so the whole sweep takes
-// seconds on a slow disk): io_uring at 1 to 16 threads (a ring each) x 4, 16 or 64 in flight,
-// and pread/pwrite at 1 to 16 threads, each at 256 KiB, 1 MiB and 4 MiB I/Os; on tmpfs also
-// memcpy to or from the mapped file. A device is fastest at different settings: a virtio disk
-// at few deep queues, zram at a thread per core (it compresses in the submitting thread), tmpfs
-// writes by memcpy (a write() to one file takes its inode lock, io_uring serializes buffered
-// writes to one file).
+// Each setting is measured once on a sample of the range, sized so that one measurement takes
+// about 0.1 s at the device's speed with the default settings (64 to 512 MiB), so the whole
+// sweep takes seconds even on a slow disk: io_uring at 1 to 16 threads (a ring each) x 4, 16 or
+// 64 in flight, and pread/pwrite at 1 to 16 threads, each at 256 KiB, 1 MiB and 4 MiB I/Os; on
+// tmpfs also memcpy to or from the mapped file. A device is fastest at different settings: a
+// virtio disk at few deep queues, zram at a thread per core (it decompresses in the submitting
+// thread), tmpfs writes by memcpy (a write() to one file takes its inode lock, and io_uring
+// queues buffered writes to one file behind each other).
 RawSetting best_raw_setting(const std::string& path, uint64_t offset, uint64_t bytes, bool write) {
-  const uint64_t sample = std::min<uint64_t>(bytes, 512ull << 20);
+  constexpr uint64_t kMiB = 1 << 20;
+  RawSetting best;
+  best.write = write;
+  const double first = raw_bandwidth(path, offset, std::min(bytes, 64 * kMiB), best).gbps;
+  const uint64_t sample = std::min(bytes, std::clamp<uint64_t>(static_cast<uint64_t>(first * 1e8) / kMiB * kMiB,
+                                                               64 * kMiB, 512 * kMiB));
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   std::vector<RawSetting::Method> methods = {RawSetting::kUring, RawSetting::kSync};
   if (on_tmpfs(path)) methods.push_back(RawSetting::kMmap);
-  RawSetting best;
   double best_gbps = -1;
   for (auto method : methods)
     for (unsigned threads : {1u, 2u, 4u, 8u, 16u}) {
       if (threads > 2 * cores) break;
       for (unsigned depth : {4u, 16u, 64u}) {
         if (method != RawSetting::kUring && depth > 4) break;  // one depth: one I/O per thread
-        for (uint64_t io : {uint64_t{256} << 10, uint64_t{1} << 20, uint64_t{4} << 20}) {
+        for (uint64_t io : {256 * kMiB / 1024, kMiB, 4 * kMiB}) {
           const RawSetting s{method, write, threads, method == RawSetting::kUring ? depth : 1, io};
           if (uint64_t{s.threads} * s.depth * io > sample) continue;  // more in flight than there is to move
           const double g = raw_bandwidth(path, offset, sample, s).gbps;

@@ -34,7 +34,7 @@ struct RingView {
 struct IoChunk {
   uint64_t offset0 = 0;
   uint32_t file = 0;      // registered-file index
-  uint32_t async = 0;  // 1: its bytes are CPU copies (tmpfs, zram): read by io_uring's workers
+  uint32_t async = 0;     // 1: its bytes are CPU copies (tmpfs, zram): read by io_uring's workers
 };
 
 // Where one chunk-layer read lands: a staging buffer, as user space and the device see it.
