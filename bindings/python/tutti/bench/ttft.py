@@ -70,7 +70,9 @@ def run_config() -> dict:
     """The runtime options a row ran with that change its time (tutti.h; TUTTI_* variables),
     and the source revision when the caller names it (TUTTI_REV, set by tools/device-run)."""
     config = {k: os.environ.get("TUTTI_" + k.upper(), default)
-              for k, default in (("stream_wait", "host"), ("device_staging", "64M"), ("verify", "on"))}
+              for k, default in (("stream_wait", "host"), ("device_staging", "64M"), ("verify", "on"),
+                                 ("threads", "auto"))}
+    config["cpus"] = len(os.sched_getaffinity(0))  # what threads=auto is resolved from
     if os.environ.get("TUTTI_REV"):
         config["rev"] = os.environ["TUTTI_REV"]
     return config
