@@ -64,5 +64,10 @@ import json, sys
 lines = [json.loads(l) for l in sys.stdin]
 info, rows = lines[0], lines[1:]
 assert info["run_info"] and info["version"] and info["env"].get("TUTTI_THREADS") == "3" and info["machine"]["cpus"] > 0, info
-assert [r["bench"] for r in rows] == ["raw-write", "store", "raw-read", "load"] and all(r["verified"] for r in rows), rows'
+assert [r["bench"] for r in rows] == ["raw-write", "store", "raw-read", "load"] and all(r["verified"] for r in rows), rows
+# the raw rows name the settings the sweep found best; every row says its CPU seconds per GB
+import re
+for r in rows[0], rows[2]:
+    assert re.fullmatch(r"(uring-\d+(KiB|MiB)-\d+x\d+|(pread|pwrite|memcpy)-\d+(KiB|MiB)-\d+)", r["io_mode"]), r
+assert all(r["cpu_s_per_gb"] is not None and r["cpu_s_per_gb"] >= 0 for r in rows), rows'
 echo "ok"
