@@ -19,6 +19,7 @@ typedef struct rt_case {
   const char* direct;
   const char* verify;
   const char* lookahead;
+  const char* async_reads; /* uring: reads by io_uring's workers (IOSQE_ASYNC) */
   unsigned chunk_tokens;
   th_kv_spec spec;
 } rt_case;
@@ -38,6 +39,7 @@ static void make_cases(void) {
     int d = (i >> 2) % 3;
     if (d == 0 && (i & 2)) d = 2; /* the baseline always stages: leave it on auto */
     c->direct = d == 0 ? "on" : d == 1 ? "off" : "auto";
+    c->async_reads = strcmp(c->backend, "uring") == 0 && (i & 4) ? "on" : "auto";
     c->verify = th_rand_below(&rng, 2) ? "on" : "unsafe-off";
     c->lookahead = las[th_rand_below(&rng, 3)];
     c->chunk_tokens = th_rand_below(&rng, 2) ? 64 : 32;
@@ -61,10 +63,10 @@ static void make_cases(void) {
       s->misalign = 512; /* contiguous but not page-aligned */
     }
     snprintf(c->name, sizeof c->name,
-             "roundtrip_%s_%s_direct-%s_%s-%s_L%u_bt%u_chunk%u_pad%u-%u_mis%u_verify%s_la%s",
+             "roundtrip_%s_%s_direct-%s_%s-%s_L%u_bt%u_chunk%u_pad%u-%u_mis%u_verify%s_la%s_async-%s",
              c->backend, c->io_mode, c->direct, s->fused ? "fused" : "separate",
              s->hnd ? "HND" : "NHD", s->num_layers, s->block_tokens, c->chunk_tokens,
-             s->token_pad, s->block_pad, s->misalign, c->verify, c->lookahead);
+             s->token_pad, s->block_pad, s->misalign, c->verify, c->lookahead, c->async_reads);
   }
 }
 
@@ -101,8 +103,9 @@ static void test_roundtrip(void** state) {
   th_blocks_take(&alloc, l1, nb1);
   th_blocks_take(&alloc, l2, nb2);
 
-  const char* extra[] = {"backend", c->backend, "io_mode", c->io_mode, "direct_to_blocks",
-                         c->direct, "verify", c->verify, "lookahead", c->lookahead, NULL};
+  const char* extra[] = {"backend",   c->backend,   "io_mode",   c->io_mode,   "direct_to_blocks", c->direct,
+                         "verify",    c->verify,    "lookahead", c->lookahead, "async_reads",      c->async_reads,
+                         NULL};
   tutti_runtime* rt = NULL;
   char shm[64] = "";
   if (strcmp(c->backend, "dram") == 0) {
