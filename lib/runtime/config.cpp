@@ -151,10 +151,10 @@ void apply(Config& c, const std::string& key, const std::string& v) {
     c.sqpoll_shared = v == "1";
   } else if (key == "async_reads") {
     TUTTI_EXPECT(v == "auto" || v == "on" || v == "off", "option async_reads: '" + v + "' is not auto, on or off");
-    c.async_reads = v;
+    c.async_reads = v == "auto" ? std::nullopt : std::optional<bool>(v == "on");
   } else if (key == "store_sums") {
     TUTTI_EXPECT(v == "cpu" || v == "gpu", "option store_sums: '" + v + "' is not cpu or gpu");
-    c.store_sums = v;
+    c.gpu_sums = v == "gpu";
   } else if (key == "threads") {
     c.threads = v == "auto" ? auto_threads() : count_of(key, v, 1, 1024);
   } else if (key == "store_nice") {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,8 +43,8 @@ struct Config {
   uint32_t queue_depth = 0;
   uint32_t sqpoll_idle_ms = 0;
   bool sqpoll_shared = false;
-  std::string async_reads;  // auto | on | off
-  std::string store_sums;   // cpu | gpu
+  std::optional<bool> async_reads;  // option async_reads: on, off, or auto (empty: by pool file)
+  bool gpu_sums = false;            // option store_sums: cpu, or gpu
   uint32_t threads = 0;
   uint32_t store_nice = 0;
   uint32_t store_yield_ms = 0;  // ReadsFirst's bound

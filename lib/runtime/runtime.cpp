@@ -142,7 +142,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   BackendConfig bc;
   for (size_t i = 0; i < pool->files(); ++i) {
     bc.fds.push_back(pool->file(i).fd.get());
-    bc.async_reads.push_back(cfg_.async_reads == "auto" ? pool->file(i).cpu_moved : cfg_.async_reads == "on");
+    bc.async_reads.push_back(cfg_.async_reads.value_or(pool->file(i).cpu_moved));
   }
   bc.rings = cfg_.rings;
   bc.queue_depth = cfg_.queue_depth;
@@ -256,7 +256,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   store.lookahead = cfg_.lookahead;
   store.reads_first = &reads_first_;
   store.async_reads = bc.async_reads;
-  store.gpu_sums = cfg_.store_sums == "gpu";
+  store.gpu_sums = cfg_.gpu_sums;
   PathParts load = store;
   load.staging = load_staging ? load_staging.get() : staging.get();
   if (load_backend) load.backend = load_backend.get();

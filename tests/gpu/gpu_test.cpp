@@ -135,6 +135,14 @@ tutti_runtime* open_runtime(const std::string& pool, const char* backend, const 
   return rt;
 }
 
+// Block ids 0 .. blocks-1 in an order of their own (the seed's).
+std::vector<int32_t> shuffled_blocks(uint32_t blocks, uint32_t seed) {
+  std::vector<int32_t> table(blocks);
+  for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>(i);
+  std::shuffle(table.begin(), table.end(), std::mt19937(seed));
+  return table;
+}
+
 // A request for every whole chunk of `tokens`, whose blocks are table[0], table[1], ...
 tutti_request whole_prompt(const std::vector<int32_t>& tokens, const int32_t* table, uint32_t bt) {
   tutti_request r{};
@@ -183,9 +191,7 @@ TEST_P(GpuRoundTrip, StoreFromHbmLoadIntoHbm) {
   ASSERT_NE(rt, nullptr) << tutti_strerror(rc) << ": " << tutti_last_error();
 
   // Three prompts of 256, 512 and 640 tokens over a shuffled block table.
-  std::vector<int32_t> table(blocks);
-  for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>(i);
-  std::shuffle(table.begin(), table.end(), std::mt19937(3));
+  std::vector<int32_t> table = shuffled_blocks(blocks, 3);
   std::vector<std::vector<int32_t>> prompts;
   std::vector<tutti_request> reqs;
   size_t used = 0;
@@ -254,9 +260,7 @@ TEST_P(GpuStoreSums, LoadsCheckAgainstGpuHashedStores) {
                                    c.staging);
   ::unsetenv("TUTTI_STORE_SUMS");
   ASSERT_NE(rt, nullptr) << tutti_strerror(rc) << ": " << tutti_last_error();
-  std::vector<int32_t> table(blocks);
-  for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>(i);
-  std::shuffle(table.begin(), table.end(), std::mt19937(11));
+  std::vector<int32_t> table = shuffled_blocks(blocks, 11);
   const int32_t* st = table.data();
   const int32_t* ld = table.data() + nb;
   std::vector<int32_t> tokens(n);
@@ -305,9 +309,7 @@ TEST_P(GpuSpans, LoadsExactlyTheRange) {
   tutti_runtime* rt = open_runtime(dir.path + "/pool", c.backend, kv.layout, true, "object", &rc);
   if (rc == TUTTI_EUNSUPPORTED && std::string(c.backend) == "cufile") GTEST_SKIP() << tutti_last_error();
   ASSERT_NE(rt, nullptr) << tutti_strerror(rc) << ": " << tutti_last_error();
-  std::vector<int32_t> table(blocks);
-  for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>(i);
-  std::shuffle(table.begin(), table.end(), std::mt19937(bt));
+  std::vector<int32_t> table = shuffled_blocks(blocks, bt);
   const int32_t* st = table.data();
   const int32_t* ld = table.data() + nb;
   std::vector<int32_t> tokens(n);

@@ -65,7 +65,7 @@ TEST(Options, AutoThreadsLeaveTheEngineCores) {
   o.set("threads", "3");
   EXPECT_EQ(o.resolve().threads, 3u);
   o.set("async_reads", "on");
-  EXPECT_EQ(o.resolve().async_reads, "on");
+  EXPECT_EQ(o.resolve().async_reads, std::optional<bool>(true));
   EXPECT_THROW(o.set("async_reads", "sometimes"), Error);
 }
 
