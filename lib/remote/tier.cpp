@@ -31,6 +31,8 @@ constexpr size_t kMaxSightings = size_t{1} << 20;     // chunk keys the admissio
 constexpr size_t kLayersPerCall = 8;                   // load layers pipelined in one call
 constexpr uint8_t kWritten = UINT8_MAX;                // a sighting count: written through already
 constexpr auto kCloseBudget = std::chrono::seconds(5);  // for the write-throughs still queued at close
+constexpr size_t kMaxQueued = size_t{1} << 16;          // background jobs waiting; beyond, the oldest go
+constexpr uint8_t kWriteAttempts = 3;                   // a write-through the cluster refused goes again
 
 // The commands of one call, each on a key of its own, which lives as long as the command that
 // names it (a Command holds views).
@@ -73,11 +75,13 @@ class RedisTier final : public Tier {
   struct Job {
     Key key;
     bool promote;  // else a write-through
+    uint8_t attempts = 0;
   };
 
   ValueId id(const Key& k, uint32_t layer) const { return ValueId{k, shape_, layer}; }
   // The cluster is left alone while it was unreachable less than kRetryAfter ago.
   bool resting() const { return Clock::now().time_since_epoch().count() < rest_until_.load(); }
+  Clock::time_point rest_end() const { return Clock::time_point(Clock::duration(rest_until_.load())); }
   void unreachable(const std::string& why);
   void reachable();
   // A client for this thread's use: `c` as it is, or a new one; null while resting or when
@@ -89,7 +93,10 @@ class RedisTier final : public Tier {
   void load_loop();  // a loader thread, with a connection of its own
   void serve(std::unique_ptr<Cluster>& loader, const std::vector<LoadJob>& jobs);
   void background_loop();
-  void write_through(const Key& key);
+  void queue(Job job);  // under mu_
+  // True when settled: written, or nothing to write (evicted, or unsound in the pool); false
+  // when the cluster did not take every layer.
+  bool write_through(const Key& key);
   void promote_one(const Key& key);
 
   const TierOptions opts_;
@@ -155,7 +162,7 @@ void RedisTier::unreachable(const std::string& why) {
   rest_until_ = (Clock::now() + kRetryAfter).time_since_epoch().count();
   if (!warned_.exchange(true))
     log(TUTTI_LOG_WARN, "remote tier: the cluster at " + opts_.uri + " does not answer (" + why +
-                            "): lookups and loads use the local pool alone; trying again every second");
+                            "): lookups and loads use the local pool alone, write-throughs wait; trying again every second");
 }
 
 void RedisTier::reachable() {
@@ -304,10 +311,19 @@ void RedisTier::offer(std::span<const Key> keys, uint64_t prefix_tokens) {
       // A store is a sighting; a lookup that finds a chunk stored earlier is the next one.
       if (++seen < opts_.admit_sightings) continue;
       seen = kWritten;
-      jobs_.push_back(Job{k, false});
+      queue(Job{k, false});
     }
   }
   cv_.notify_all();
+}
+
+void RedisTier::queue(Job job) {
+  jobs_.push_back(job);
+  if (jobs_.size() <= kMaxQueued) return;
+  // A long outage: the oldest job goes, and a write-through's sighting is forgotten with it,
+  // so the chunk is offered again when next seen.
+  if (!jobs_.front().promote) sightings_.erase(jobs_.front().key);
+  jobs_.pop_front();
 }
 
 void RedisTier::loaded(std::vector<Key> keys) {
@@ -318,7 +334,7 @@ void RedisTier::loaded(std::vector<Key> keys) {
     if (stop_) return;
     for (const Key& k : keys) {
       sightings_[k] = kWritten;  // the cluster has it: lookups of the promoted copy write nothing
-      jobs_.push_back(Job{k, true});
+      queue(Job{k, true});
     }
   }
   cv_.notify_all();
@@ -329,10 +345,15 @@ void RedisTier::background_loop() {
     Job job;
     {
       std::unique_lock lock(mu_);
-      // Loads first: nothing is written while a batch waits for remote layers.
-      cv_.wait(lock, [&] { return stop_ || (!jobs_.empty() && loads_.empty()); });
+      // Loads first: nothing is written while a batch waits for remote layers. While the
+      // cluster rests the jobs wait for it: a chunk stored during a failover still goes.
+      for (;;) {
+        cv_.wait(lock, [&] { return stop_ || (!jobs_.empty() && loads_.empty()); });
+        if (stop_ || !resting()) break;
+        cv_.wait_until(lock, rest_end(), [&] { return stop_; });
+      }
       if (stop_ && jobs_.empty()) return;
-      if (stop_ && Clock::now() > stop_deadline_) {
+      if (stop_ && (Clock::now() > stop_deadline_ || resting())) {
         log(TUTTI_LOG_WARN, "remote tier: " + std::to_string(jobs_.size()) +
                                 " chunk(s) not written through: the runtime closed before the cluster took them");
         return;
@@ -346,10 +367,15 @@ void RedisTier::background_loop() {
       jobs_.pop_front();
     }
     try {
-      if (job.promote)
+      if (job.promote) {
         promote_one(job.key);
-      else
-        write_through(job.key);
+      } else if (!write_through(job.key)) {
+        // Refused, or only some layers taken (a failover under way): it goes again later; a
+        // chunk the cluster holds in part is a miss meanwhile, never wrong bytes.
+        std::lock_guard lock(mu_);
+        if (++job.attempts < kWriteAttempts && !stop_) queue(job);
+        else sightings_.erase(job.key);  // offered again when next seen
+      }
     } catch (const Error& e) {
       errors_++;
       log(TUTTI_LOG_WARN, std::string("remote tier: ") + (job.promote ? "a promotion" : "a write-through") +
@@ -360,11 +386,11 @@ void RedisTier::background_loop() {
 
 // A committed chunk from the pool to the cluster: every layer read and checked against the
 // commit record (rot in the pool is not spread), then SET in layer order on its node.
-void RedisTier::write_through(const Key& key) {
-  if (!ready(writer_)) return;
+bool RedisTier::write_through(const Key& key) {
+  if (!ready(writer_)) return false;
   Index& index = *parts_.index;
   const auto slot = index.pin(key);
-  if (!slot) return;  // evicted since
+  if (!slot) return true;  // evicted since
   // Each value is [64-byte header][payload]; payloads start 4 KiB-aligned, for O_DIRECT reads.
   const uint64_t stride = kIoAlign + layer_bytes_;
   if (chunk_buf_.size() < stride * layers_) chunk_buf_ = AlignedBuffer(stride * layers_);
@@ -386,7 +412,7 @@ void RedisTier::write_through(const Key& key) {
   if (!sound) {
     log(TUTTI_LOG_WARN, "remote tier: a chunk read from the pool does not match its commit record: not written "
                         "through (tutti fsck checks the pool)");
-    return;
+    return true;
   }
   Calls calls(layers_);
   for (uint32_t l = 0; l < layers_; ++l) {
@@ -397,7 +423,9 @@ void RedisTier::write_through(const Key& key) {
   }
   const auto replies = calls.run(*writer_);
   judge(replies);
-  if (std::all_of(replies.begin(), replies.end(), [](const Reply& r) { return r.ok(); })) written_++;
+  if (!std::all_of(replies.begin(), replies.end(), [](const Reply& r) { return r.ok(); })) return false;
+  written_++;
+  return true;
 }
 
 // A chunk a load took from the cluster, into the local pool: read again, checked, written to

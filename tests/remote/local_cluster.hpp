@@ -125,6 +125,9 @@ class LocalCluster {
     for (size_t i = 0; i < pids_.size(); ++i)
       if (pids_[i] > 0) kill(i);
   }
+  // Every node stopped (SIGSTOP): connections open, nothing answers; and resumed.
+  void pause_all() { signal_all(SIGSTOP); }
+  void resume_all() { signal_all(SIGCONT); }
   // Every replica has synced with its master (a master killed before its replica synced has no
   // successor: the replica refuses to fail over, its data too old).
   bool replicas_in_sync() const {
@@ -135,6 +138,28 @@ class LocalCluster {
         return false;
     }
     return true;
+  }
+  // For a failure's message: each node, alive or not, its view of the cluster and its log's
+  // last lines.
+  std::string report() const {
+    std::string out;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      out += "node " + nodes[i].describe() + (pids_[i] > 0 ? "" : " (killed by the test)") + "\n";
+      if (pids_[i] <= 0) continue;
+      int status = 0;
+      if (::waitpid(pids_[i], &status, WNOHANG) == pids_[i]) out += "  exited on its own, status " + std::to_string(status) + "\n";
+      const std::string info = node_command(nodes[i], "CLUSTER INFO");
+      const size_t st = info.find("cluster_state:");
+      out += "  " + (st == std::string::npos ? std::string("no CLUSTER INFO") : info.substr(st, info.find('\r', st) - st)) + "\n";
+      out += node_command(nodes[i], "CLUSTER NODES");
+      std::string tail = "tail -n 6 " + dir_ + "/" + std::to_string(nodes[i].port) + ".log 2>/dev/null";
+      if (FILE* f = ::popen(tail.c_str(), "r")) {
+        char line[512];
+        while (std::fgets(line, sizeof line, f)) out += std::string("  | ") + line;
+        ::pclose(f);
+      }
+    }
+    return out;
   }
   size_t index_of(const Endpoint& e) const {
     for (size_t i = 0; i < nodes.size(); ++i)
@@ -173,6 +198,11 @@ class LocalCluster {
     pid_t pid = -1;
     if (::posix_spawn(&pid, server_.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return -1;
     return pid;
+  }
+
+  void signal_all(int sig) {
+    for (pid_t p : pids_)
+      if (p > 0) ::kill(p, sig);
   }
 
   std::string server_, cli_, dir_;
