@@ -249,8 +249,11 @@ class HostRun final : public IoRun {
 
  private:
   bool whole(const LayerOp& op) const { return op.hi - op.lo == kv_.shape().layer_bytes(); }
-  // Vectored I/O moves whole chunks; the others go through staging.
-  bool staged(uint32_t i) const override { return !p_.direct || !kv_.whole(chunks_[i].span); }
+  // Vectored I/O moves whole chunks; the others go through staging, and so does every read of a
+  // load its waiter may give up on (a read into the blocks could not be called back).
+  bool staged(uint32_t i) const override {
+    return !p_.direct || !kv_.whole(chunks_[i].span) || (load_ && sink_.fence());
+  }
 
   void prepare(LayerOp& op) override {
     PathChunk& c = chunks_[op.item];
@@ -285,7 +288,12 @@ class HostRun final : public IoRun {
       forget(op.item, op.layer);
       return -EBADMSG;  // op_done says where
     }
-    if (op.stage.data) kv_.scatter(op.layer, c.blocks, c.span, op.lo, op.hi, op.stage.data);
+    if (op.stage.data) {
+      std::optional<Fence::Pass> pass;
+      if (Fence* f = sink_.fence()) pass.emplace(*f);
+      if (pass && !pass->open()) return -ETIMEDOUT;  // given up on: the chunk failed already
+      kv_.scatter(op.layer, c.blocks, c.span, op.lo, op.hi, op.stage.data);
+    }
     return res;
   }
 

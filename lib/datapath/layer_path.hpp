@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "binding/kv_binding.hpp"
+#include "common/fence.hpp"
 #include "binding/staging.hpp"
 #include "datapath/backend.hpp"
 #include "pool/pool.hpp"
@@ -69,6 +70,9 @@ class PathSink {
   // kernels may still run), so stream-ordered waits may go on as waits on that stream. At
   // most once per layer, before its layer_landed, never in a CUDA host callback.
   virtual void layer_queued(uint32_t layer) = 0;
+  // A load that its waiter may give up on (option load_timeout_ms): every byte goes into the
+  // blocks through this fence, or not at all. Null otherwise.
+  virtual Fence* fence() { return nullptr; }
 };
 
 // A path's work for one batch. Destroyed by the batch once every issued layer has landed, on

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fence.hpp"
 #include "kernels/copy_layout.hpp"
 #include "resolver/key.hpp"
 
@@ -73,6 +74,8 @@ class LoadSink {
   virtual void remote_failed(uint32_t i, uint32_t layer, const std::string& why) = 0;
   // Every chunk of `layer` is in the blocks or failed. The loader's last touch of the batch.
   virtual void remote_landed(uint32_t layer) = 0;
+  // A load its waiter may give up on: the fence its bytes pass into the blocks, else null.
+  virtual Fence* fence() { return nullptr; }
 };
 
 struct TierStats {

@@ -31,6 +31,7 @@ Batch::Batch(std::shared_ptr<Runtime> rt, tutti_op op) : rt_(std::move(rt)), op_
   rt_->require_registered();
   layers_ = rt_->binding().shape().layers;
   ready_prefix_ = by_layer() ? 0 : layers_;
+  if (is_load()) timeout_ = std::chrono::milliseconds(rt_->config().load_timeout_ms);
   if (by_layer()) layer_ready_.assign(layers_, 0), ready_events_.assign(layers_, nullptr);
 }
 
@@ -472,13 +473,41 @@ void Batch::wait_layer(uint32_t layer) {
                                     std::to_string(layers_) + " layers)");
   TUTTI_EXPECT_CODE(state_ != State::kBuilding, TUTTI_ESTATE, "wait_layer before submit");
   auto t0 = std::chrono::steady_clock::now();
+  bool late = false;
   {
     std::unique_lock lock(mu_);
     TUTTI_EXPECT_CODE(!by_layer() || layer_ready_[layer], TUTTI_ESTATE,
                       "wait_layer on a layer of a store by layer not declared ready (tutti_batch_layer_ready)");
-    cv_.wait(lock, [&] { return layer_done_[layer] != 0; });
+    auto over = [&] { return layer_done_[layer] != 0 || given_up_; };
+    if (!timeout_.count()) cv_.wait(lock, over);
+    else late = !cv_.wait_for(lock, timeout_, over) || given_up_;
   }
   count_wait(layer, t0);
+  if (!late) return;
+  give_up(layer);
+  tutti::fail(TUTTI_EIO, "the load gave up at layer " + std::to_string(layer) + ", not landed within load_timeout_ms (" +
+                             std::to_string(timeout_.count()) + " ms): every chunk of the batch failed (" +
+                             first_error() + ")");
+}
+
+void Batch::give_up(uint32_t layer) {
+  {
+    std::lock_guard lock(mu_);
+    if (given_up_) return;
+    given_up_ = true;
+  }
+  const std::string why = "not landed within load_timeout_ms (" + std::to_string(timeout_.count()) +
+                          " ms): given up, its reads still in flight never reach the blocks";
+  if (!owners_.empty()) note_error(owners_[0], layer, why);
+  else if (!remote_owners_.empty()) note_error(remote_owners_[0], layer, why);
+  fence_.close();  // waits out the bytes moving into the blocks now; none move in after this
+  for (uint32_t i = 0; i < chunks_.size(); ++i) fail(i, TUTTI_EIO);
+  for (auto& c : remote_chunks_) {
+    int expected = 0;
+    c.error.compare_exchange_strong(expected, TUTTI_EIO);
+  }
+  log(TUTTI_LOG_WARN, "a load gave up at layer " + std::to_string(layer) + ": " + why);
+  cv_.notify_all();  // the other waiters of the batch return too
 }
 
 void Batch::count_wait(uint32_t layer, std::chrono::steady_clock::time_point since) {

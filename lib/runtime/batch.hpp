@@ -85,6 +85,8 @@ class Batch final : public Scheduled, private PathSink, private remote::LoadSink
   void chunk_failed(uint32_t i, uint32_t layer, int code, const std::string& why) override;
   void layer_landed(uint32_t layer) override;
   void layer_queued(uint32_t layer) override;
+  // Both sinks': a load under load_timeout_ms moves its bytes into the blocks through fence_.
+  Fence* fence() override { return timeout_.count() && is_load() ? &fence_ : nullptr; }
   // remote::LoadSink
   void remote_failed(uint32_t i, uint32_t layer, const std::string& why) override;
   void remote_landed(uint32_t layer) override { part_landed(layer); }
@@ -92,6 +94,9 @@ class Batch final : public Scheduled, private PathSink, private remote::LoadSink
   // Who lands each layer: the path, the remote tier, or both (the chunks are fixed once planned).
   uint32_t parts() const { return !chunks_.empty() + !remote_chunks_.empty(); }
   void note_error(const Owner& o, uint32_t layer, const std::string& why);
+  // A load's wait for `layer` ran past load_timeout_ms: every chunk fails, and once the fence is
+  // closed no byte of the batch reaches the blocks. Its I/O still ends (wait, poll).
+  void give_up(uint32_t layer);
   void fail(uint32_t i, int code);  // the first error of a chunk stays
   void fail_all(int code);
   void finish();                    // everything moved; results final
@@ -132,6 +137,9 @@ class Batch final : public Scheduled, private PathSink, private remote::LoadSink
   // The batch's first failure in words: which request, chunk and layer, the file, offset
   // and errno, or the checksum that did not match.
   std::string first_error_;          // guarded by mu_
+  std::chrono::milliseconds timeout_{0};  // option load_timeout_ms, for loads
+  Fence fence_;
+  bool given_up_ = false;  // guarded by mu_
   mutable std::mutex mu_;
   std::condition_variable cv_;
 };

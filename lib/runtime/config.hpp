@@ -48,6 +48,7 @@ struct Config {
   uint32_t threads = 0;
   uint32_t store_nice = 0;
   uint32_t store_yield_ms = 0;  // ReadsFirst's bound
+  uint32_t load_timeout_ms = 0;  // a wait for a loaded layer gives up after this; 0: never
   uint32_t nvme_controller = 0;
   std::string nvme_data_pointer;
   bool create = true;

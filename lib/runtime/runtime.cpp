@@ -102,6 +102,10 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   auto binding = std::make_unique<KvBinding>(layout, cfg_.chunk_tokens);
   const Shape& shape = binding->shape();
 
+  // A load given up on must keep its late bytes out of the blocks; the CUDA paths cannot yet
+  // (a copy kernel queued, a GPU-polled read) and the host paths stage every read for it.
+  TUTTI_EXPECT_CODE(!cfg_.load_timeout_ms || !binding->on_device(), TUTTI_EUNSUPPORTED,
+                    "option load_timeout_ms: not yet for a KV cache in CUDA memory (host memory only); set it to 0");
   Plan plan = make_plan(cfg_, opened_, *binding);
   std::unique_ptr<gpu::Device> device;
   if (binding->on_device()) {
@@ -191,7 +195,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   if (plan.load != PathKind::kMappedCuda) {
     const uint64_t op_bytes =
         cfg_.io_mode == IoMode::kObject ? shape.layer_bytes() : shape.token_bytes() * binding->block_tokens();
-    const uint64_t bytes = plan.direct ? std::min(cfg_.staging, 16 * op_bytes) : cfg_.staging;
+    const uint64_t bytes = plan.direct && !cfg_.load_timeout_ms ? std::min(cfg_.staging, 16 * op_bytes) : cfg_.staging;
     staging = std::make_unique<Staging>(std::max(bytes, op_bytes), op_bytes);
     store_staging = std::make_unique<Staging>(std::max(bytes / 2, op_bytes), op_bytes);
     // The copy kernels read and write staging in place, over PCIe.

@@ -17,6 +17,8 @@
  *   lost                        a write reports success and writes nothing
  *   flip                        a read returns one byte flipped; a write stores one byte
  *                               flipped (the caller's buffer is not touched)
+ *   stall                       a read sleeps $TUTTI_FAULT_STALL_MS (default 1000) first,
+ *                               then reads (a device that answers late)
  * $TUTTI_FAULT_SEED picks the flipped bytes. $TUTTI_FAULT_COUNTS names a file that receives a
  * line "fired CALL REGION KIND N" per injected fault as it happens and, at exit, a line
  * "site CALL REGION CALLS" per site; each injected fault is also reported on stderr.
@@ -33,6 +35,7 @@
 #include <string.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { C_OPEN, C_PREAD, C_PWRITE, C_PREADV, C_PWRITEV, C_FSYNC, C_FDATASYNC, C_FALLOCATE,
@@ -42,9 +45,9 @@ static const char* const call_names[C_COUNT] = {"open",    "pread",  "pwrite",
                                                  "fdatasync", "fallocate", "ftruncate"};
 enum { R_SB, R_REC, R_DATA, R_NONE, R_COUNT };
 static const char* const region_names[R_COUNT] = {"sb", "rec", "data", "-"};
-enum { K_EIO, K_ENOSPC, K_EACCES, K_EINTR, K_SHORT, K_LOST, K_FLIP, K_COUNT };
+enum { K_EIO, K_ENOSPC, K_EACCES, K_EINTR, K_SHORT, K_LOST, K_FLIP, K_STALL, K_COUNT };
 static const char* const kind_names[K_COUNT] = {"eio",   "enospc", "eacces", "eintr",
-                                                 "short", "lost",   "flip"};
+                                                 "short", "lost",   "flip",   "stall"};
 
 #define MAX_FAULTS 16
 #define MAX_FDS 65536
@@ -259,6 +262,15 @@ static int errno_of(int kind) {
   }
 }
 
+/* The stall kind's sleep. */
+static void stall(void) {
+  const char* ms = getenv("TUTTI_FAULT_STALL_MS");
+  long n = ms ? atol(ms) : 1000;
+  struct timespec t = {n / 1000, (n % 1000) * 1000000L};
+  while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+  }
+}
+
 /* A shorter length in whole 4 KiB blocks, or 0 when the call is too small to be cut. */
 static size_t short_len(size_t len) {
   if (len <= 4096) return 0;
@@ -388,6 +400,11 @@ static ssize_t do_readv(int call, int fd, const struct iovec* iov, int cnt, off_
     report(call, region, kind, n);
     return REAL_RV(cut, k);
   }
+  if (kind == K_STALL) {
+    report(call, region, kind, n);
+    stall();
+    return REAL_RV(iov, cnt);
+  }
   if (kind == K_FLIP) {
     ssize_t got = REAL_RV(iov, cnt);
     if (got > 0) {
@@ -411,6 +428,11 @@ static ssize_t do_pread(int call, int fd, void* buf, size_t len, off_t off,
     report(call, region, kind, n);
     errno = errno_of(kind);
     return -1;
+  }
+  if (kind == K_STALL) {
+    report(call, region, kind, n);
+    stall();
+    return real(fd, buf, len, off);
   }
   if (kind == K_SHORT) {
     size_t want = short_len(len);

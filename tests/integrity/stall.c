@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: Apache-2.0
+/* stall: a load whose reads do not answer gives up at load_timeout_ms, and no byte it read
+ * late reaches the blocks. */
+/*
+ * Usage: integrity_stall
+ *
+ * Each case runs in a child process. "stall" loads tests/integrity/faultshim.c with LD_PRELOAD
+ * and a plan that makes every read of the pool's data sleep 4 s first: the child stores a
+ * prompt (writes are not touched), poisons the blocks, loads the prompt with
+ * load_timeout_ms=200, and expects tutti_batch_wait_layer(0) to give up (TUTTI_EIO), the batch
+ * to end with every chunk failed once its reads are over, and every byte of the KV cache still
+ * the poison: the reads that came back late were kept out. "clean" runs without the shim: the
+ * same load under load_timeout_ms lands every byte (the reads go through staging). Two
+ * layouts: blocks that the loads would otherwise read straight into (NHD, 4 KiB blocks), and
+ * blocks that always go through staging (HND, 8-token blocks).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "integrity.h"
+
+#ifndef TUTTI_FAULTSHIM_PATH
+#define TUTTI_FAULTSHIM_PATH ""
+#endif
+
+enum { TOKENS = 128, CHUNK_TOKENS = 64 };
+enum { XC_OK = 0, XC_WRONG = 3, XC_SETUP = 6 };
+
+static void child_fail(int code, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "FAIL: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  fflush(NULL);
+  _exit(code);
+}
+
+static int child(const char* dir, int variant, int stalled) {
+  th_kv_spec spec = th_spec_default();
+  if (variant == 1) spec.block_tokens = 8, spec.hnd = 1;
+  th_kv* kv = NULL;
+  if (th_kv_create(&kv, &spec) != 0) child_fail(XC_SETUP, "cannot allocate the KV cache");
+  const char* extra[] = {"backend", "posix", "threads", "4", "load_timeout_ms", "200", NULL};
+  tutti_runtime* rt = NULL;
+  int rc = th_open(&rt, dir, "4M", CHUNK_TOKENS, extra, kv);
+  if (rc != 0) child_fail(XC_SETUP, "open: %d %s", rc, tutti_last_error());
+
+  uint64_t rng = th_mix64(th_base_seed() ^ 0x57A11ull);
+  th_prompt p;
+  th_prompt_random(&p, &rng, TOKENS);
+  int32_t table[64];
+  const size_t nblocks = th_nblocks(TOKENS, spec.block_tokens);
+  for (size_t i = 0; i < nblocks; i++) table[i] = (int32_t)(2 * i + 1);
+  th_kv_fill(kv, &p, table, 0, TOKENS);
+  tutti_request req = th_request(&p, table, nblocks, 0, TOKENS);
+  rc = th_batch_run(rt, TUTTI_OP_STORE, &req, 1, NULL, 0, 0);
+  if (rc != 0) child_fail(XC_SETUP, "store: %d %s", rc, th_batch_error());
+
+  th_kv_poison(kv);  /* memory and shadow: a load given up on must leave it so */
+  tutti_batch* b = NULL;
+  if (tutti_batch_create(rt, TUTTI_OP_LOAD, &b) != 0 || tutti_batch_add(b, &req, 1) != 0 ||
+      tutti_batch_submit(b) != 0)
+    child_fail(XC_SETUP, "load: %s", tutti_last_error());
+  const int waited = tutti_batch_wait_layer(b, 0);
+  char why[1024];
+  snprintf(why, sizeof why, "%s", tutti_last_error());
+  const int ended = tutti_batch_wait(b); /* once every read is over */
+  tutti_result res;
+  memset(&res, 0, sizeof res);
+  tutti_batch_result(b, 0, &res);
+  tutti_batch_destroy(b);
+  char msg[512];
+  if (stalled) {
+    if (waited != TUTTI_EIO) child_fail(XC_WRONG, "wait_layer(0) returned %d, not TUTTI_EIO, under stalled reads", waited);
+    if (!strstr(why, "load_timeout_ms")) child_fail(XC_WRONG, "its message does not name load_timeout_ms: %s", why);
+    if (ended != TUTTI_EIO || res.tokens != 0)
+      child_fail(XC_WRONG, "the batch ended with %d and %zu tokens, not TUTTI_EIO and 0", ended, (size_t)res.tokens);
+    size_t bad = th_kv_verify_all(kv, msg, sizeof msg);
+    if (bad) child_fail(XC_WRONG, "%zu bytes of the KV cache changed after the load gave up; first: %s", bad, msg);
+    printf("wait_layer gave up: %s\n", why);
+  } else {
+    if (waited != 0 || ended != 0 || res.tokens != TOKENS)
+      child_fail(XC_WRONG, "clean load: wait_layer %d, wait %d, %zu tokens (%s)", waited, ended, (size_t)res.tokens, why);
+    th_kv_expect(kv, &p, table, 0, TOKENS);
+    size_t bad = th_kv_verify_all(kv, msg, sizeof msg);
+    if (bad) child_fail(XC_WRONG, "%zu bytes differ after a clean load under load_timeout_ms; first: %s", bad, msg);
+  }
+  th_prompt_free(&p);
+  tutti_runtime_close(rt);
+  th_kv_destroy(kv);
+  return XC_OK;
+}
+
+static int run_case(const char* self, int variant, int stalled) {
+  char dir[4096], pool[4200];
+  if (th_mkdtemp(dir, sizeof dir) != 0) {
+    fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
+    return 1;
+  }
+  it_pool_path(pool, sizeof pool, dir);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (stalled) {
+      setenv("LD_PRELOAD", TUTTI_FAULTSHIM_PATH, 1);
+      setenv("TUTTI_FAULT_PREFIX", pool, 1);
+      setenv("TUTTI_FAULT_PLAN", "pread:data:stall:1:0;preadv:data:stall:1:0", 1);
+      setenv("TUTTI_FAULT_STALL_MS", "4000", 1);
+      const char* prev = getenv("ASAN_OPTIONS");  /* the preloaded shim comes before ASan's runtime */
+      char asan[4096];
+      snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", prev ? prev : "", prev && *prev ? ":" : "");
+      setenv("ASAN_OPTIONS", asan, 1);
+    }
+    char var[8];
+    snprintf(var, sizeof var, "%d", variant);
+    char* args[] = {(char*)self, "--child", dir, var, stalled ? "stall" : "clean", NULL};
+    execv(self, args);
+    fprintf(stderr, "exec %s: %s\n", self, strerror(errno));
+    _exit(XC_SETUP);
+  }
+  int status = 0;
+  while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  th_rmtree(dir);
+  const int code = pid > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  printf("%s %s layout: %s\n", stalled ? "stalled reads" : "clean reads", variant ? "staged" : "direct",
+         code == 0 ? "ok" : "FAILED");
+  return code != 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc == 5 && strcmp(argv[1], "--child") == 0) return child(argv[2], atoi(argv[3]), strcmp(argv[4], "stall") == 0);
+  if (argc > 1) {
+    fprintf(stderr, "usage: %s  (runs its cases; see the comment at the top of stall.c)\n", argv[0]);
+    return 2;
+  }
+  if (th_require_pool() != 0) return 77;
+  if (access(TUTTI_FAULTSHIM_PATH, R_OK) != 0) {
+    printf("SKIP: the fault shim %s is not built\n", TUTTI_FAULTSHIM_PATH);
+    return 77;
+  }
+  int failed = 0;
+  for (int variant = 0; variant < 2; variant++)
+    for (int stalled = 0; stalled < 2; stalled++) failed += run_case("/proc/self/exe", variant, stalled);
+  return failed ? 1 : 0;
+}
