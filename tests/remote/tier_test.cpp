@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -137,6 +138,29 @@ class Machine {
     char why[256];
     EXPECT_EQ(tf_check(&host_, &p, 0, res.tokens, 0, kLayers, &m), 0u) << tf_describe(&m, why, sizeof why);
     return res.tokens;
+  }
+  // A load of prompt `which` into cleared blocks that waits for layer 0 only: returns that
+  // wait's code; `then` runs after it, before the batch's end is waited for. *untouched: every
+  // byte of the KV cache is still zero afterwards.
+  int wait_first_layer(int which, const std::function<void()>& then, bool* untouched) {
+    std::fill(mem_.begin(), mem_.end(), std::byte{0});
+    const auto tokens = prompt(which);
+    const auto tbl = table(which);
+    tutti_request r{};
+    r.tokens = tokens.data(), r.num_tokens = tokens.size();
+    r.block_table = tbl.data(), r.num_block_ids = tbl.size();
+    r.token_begin = 0, r.token_end = kTokens;
+    tutti_batch* b = nullptr;
+    EXPECT_EQ(tutti_batch_create(rt_, TUTTI_OP_LOAD, &b), 0);
+    EXPECT_EQ(tutti_batch_add(b, &r, 1), 0);
+    EXPECT_EQ(tutti_batch_submit(b), 0);
+    const int rc = tutti_batch_wait_layer(b, 0);
+    last_error_ = rc ? tutti_last_error() : "";
+    then();
+    tutti_batch_wait(b);
+    tutti_batch_destroy(b);
+    *untouched = std::all_of(mem_.begin(), mem_.end(), [](std::byte x) { return x == std::byte{0}; });
+    return rc;
   }
   size_t lookup(int which) {
     const auto tokens = prompt(which);
@@ -310,6 +334,22 @@ TEST_F(TierTest, StoredDuringAStallIsWrittenThroughAfterIt) {
   int status = -1;
   EXPECT_EQ(b.load(1, kTokens, &status), kTokens);
   EXPECT_EQ(status, 0);
+}
+
+// A load whose remote values come after load_timeout_ms gives up, and the values that arrive
+// later (within remote_timeout_ms) never reach the blocks.
+TEST_F(TierTest, ValuesArrivingAfterALoadGaveUpStayOutOfTheBlocks) {
+  Machine a("tier-a", remote()), b("tier-b", remote({{"remote_promote", "0"}, {"load_timeout_ms", "300"}}, "5000"));
+  b.set_salt(1);
+  ASSERT_EQ(a.store(1), 0);
+  ASSERT_TRUE(eventually([&] { return a.stats().remote_written_chunks == 4; }));
+  cluster_->pause_all();
+  bool untouched = false;
+  const int rc = b.wait_first_layer(1, [&] { cluster_->resume_all(); }, &untouched);
+  EXPECT_EQ(rc, TUTTI_EIO) << b.last_error();
+  EXPECT_NE(b.last_error().find("load_timeout_ms"), std::string::npos) << b.last_error();
+  EXPECT_TRUE(untouched) << "bytes of the remote values reached the blocks after the load gave up";
+  EXPECT_EQ(b.load(1, kTokens), kTokens);  // the cluster answers again: the next load lands whole
 }
 
 std::mutex g_log_mu;

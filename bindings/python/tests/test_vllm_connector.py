@@ -260,6 +260,37 @@ def test_a_step_planned_before_a_failure_was_reported_saves_nothing(tmp_path, mo
     assert again.stats["loaded_tokens"] == 80 and again.wrong_positions == 0
 
 
+def test_loads_under_load_timeout_ms_land_every_byte(tmp_path):
+    e = stored_then_served(tmp_path, prompts(1), local_cache=False, load_timeout_ms=60000)
+    assert e.stats["loaded_tokens"] > 0 and e.stats.get("failed_tokens", 0) == 0 and e.wrong_positions == 0
+
+
+def test_a_load_that_gave_up_is_recomputed_and_never_waited_for(tmp_path, monkeypatch):
+    # As with option load_timeout_ms when the reads stall: wait_layer gives up (TUTTI_EIO), and
+    # no byte of the batch reaches the blocks afterwards (that fence: tests/integrity/stall.c).
+    # The step must not wait for the batch again: its blocks are reported and recomputed, and
+    # the batch is freed behind the next steps.
+    serve(tmp_path, prompts(1), local_cache=False)
+    wait, gave_up = tutti.Batch.wait, []
+
+    def late(self, layer, stream=None):
+        if self not in gave_up:  # its bytes land now or never (here: now; the fence: never)
+            wait(self)
+            gave_up.append(self)
+        raise tutti.Error(tutti.tutti_c.TUTTI_EIO, f"the load gave up at layer {layer}, not landed within "
+                                                   "load_timeout_ms (200 ms)")
+
+    def wait_unless_given_up(self):
+        assert self not in gave_up, "the connector waited for a load it gave up on"
+        return wait(self)
+
+    monkeypatch.setattr(tutti.Batch, "wait_layer", late)
+    monkeypatch.setattr(tutti.Batch, "wait", wait_unless_given_up)
+    e = serve(tmp_path, prompts(1), local_cache=False)
+    assert gave_up and e.stats["load_timeouts"] == len(gave_up)
+    assert e.reported_invalid > 0 and e.stats.get("loaded_tokens", 0) == 0 and e.wrong_positions == 0
+
+
 def test_the_harness_catches_a_connector_that_hides_failed_loads(tmp_path, monkeypatch):
     serve(tmp_path, prompts(1), local_cache=False)
     damage(tmp_path / "kv.pool", range(64), 7)

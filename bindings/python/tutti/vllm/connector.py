@@ -391,6 +391,7 @@ class _Load:
     def __init__(self, batch: Optional[tutti.Batch], specs: List[LoadSpec]):
         self.batch, self.specs = batch, specs
         self.got: Optional[List[int]] = None if batch is not None else [s.begin for s in specs]
+        self.gave_up = False  # a wait ran past load_timeout_ms: every chunk failed
 
 
 class _Save:
@@ -452,6 +453,7 @@ class TuttiConnector(KVConnectorBase_V1):
             self._cuda = False
             self._sync: Optional[_Load] = None
             self._async: List[_Load] = []
+            self._parked: List[tutti.Batch] = []  # loads given up on, their reads still in flight
             self._saves: List[_Save] = []
             self._waited: Set[int] = set()
             self._invalid: Set[int] = set()
@@ -761,6 +763,7 @@ class TuttiConnector(KVConnectorBase_V1):
             return
         md = self._get_connector_metadata()
         self._end_sync_load()  # normally ended by the last step's wait_for_save
+        self._reap_parked()
         self._waited.clear()
         sync = [s for s in md.loads if not s.is_async]
         if sync:
@@ -800,6 +803,10 @@ class TuttiConnector(KVConnectorBase_V1):
         try:
             self._sync.batch.wait_layer(layer, stream=self._stream())
         except tutti.Error as e:  # its chunks are reported after the step
+            if e.code == tutti.tutti_c.TUTTI_EIO and not self._sync.gave_up:  # past load_timeout_ms
+                self._sync.gave_up = True
+                self._count("load_timeouts")
+                log.warning("tutti: %s", e.message)
             log.debug("tutti: waiting for layer %d: %s", layer, e)
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None:
@@ -890,6 +897,11 @@ class TuttiConnector(KVConnectorBase_V1):
         """Waits for a load batch, and notes where each request's arrived KV ends."""
         if load.got is not None:
             return
+        if load.gave_up:  # nothing of it arrived; its reads end behind the next steps
+            load.got = [s.begin for s in load.specs]
+            self._parked.append(load.batch)
+            load.batch = None
+            return
         try:
             load.batch.wait()
         except tutti.Error:
@@ -956,6 +968,16 @@ class TuttiConnector(KVConnectorBase_V1):
                 done.update(s.req_id for s in load.specs)
         return (sending or None), (done or None)
 
+    def _reap_parked(self, wait_all: bool = False) -> None:
+        """Frees the loads given up on whose reads have ended (all of them, waiting, at shutdown)."""
+        still = []
+        for batch in self._parked:
+            if wait_all or batch.poll()[1]:
+                batch.close()
+            else:
+                still.append(batch)
+        self._parked = still
+
     def get_block_ids_with_load_errors(self) -> Set[int]:
         self._end_sync_load()
         invalid, self._invalid = self._invalid, set()
@@ -993,6 +1015,7 @@ class TuttiConnector(KVConnectorBase_V1):
             if load.batch is not None:
                 load.batch.close()
         self._sync, self._async = None, []
+        self._reap_parked(wait_all=True)
         if self._rt is not None:
             with _runtimes_lock:
                 shared = _runtimes.get(self._key)
