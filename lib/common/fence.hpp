@@ -27,13 +27,9 @@ class Fence {
     std::unique_lock lock(mu_);
     closed_ = true;
   }
-  bool closed() const {
-    std::shared_lock lock(mu_);
-    return closed_;
-  }
 
  private:
-  mutable std::shared_mutex mu_;
+  std::shared_mutex mu_;
   bool closed_ = false;
 };
 

@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "binding/kv_binding.hpp"
-#include "common/fence.hpp"
 #include "binding/staging.hpp"
+#include "common/fence.hpp"
 #include "datapath/backend.hpp"
 #include "pool/pool.hpp"
 
