@@ -220,13 +220,14 @@ TUTTI_API const char* tutti_last_error(void);
  *                    issued when the load came leaves the device to it; writes already staged
  *                    go on. A wait is bounded: with loads always in flight, stores still move.
  *                    Since 0.7.0.
- *   load_timeout_ms  how long (ms, default 0: as long as the reads take) a wait for a loaded
- *                    layer (tutti_batch_wait_layer) waits. When it passes the load gives up:
- *                    every chunk of the batch fails (TUTTI_EIO; the call returns it, and so do
- *                    its later waits for layers), and no byte read after that reaches the
- *                    blocks, so the engine may recompute into them at once. The reads in flight
- *                    still end in their own time (tutti_batch_poll says when; tutti_batch_wait
- *                    and tutti_batch_destroy wait for them). Loads under it go through staging
+ *   load_timeout_ms  how long (ms, default 0: as long as the reads take) a load's waits wait
+ *                    for a layer: tutti_batch_wait_layer for its own, tutti_batch_wait for each
+ *                    in turn. When it passes the load gives up: every chunk of the batch fails
+ *                    (TUTTI_EIO: the wait returns it, tutti_batch_result says so at once, later
+ *                    waits return it too), and no byte read after that reaches the blocks, so
+ *                    the engine may recompute into them at once. The reads in flight still end
+ *                    in their own time (tutti_batch_poll says when; tutti_batch_destroy waits
+ *                    for them). Loads under it go through staging
  *                    (a read straight into the blocks could not be called back): one more copy.
  *                    Host memory only for now: TUTTI_EUNSUPPORTED from
  *                    tutti_runtime_register_kv for CUDA memory. Since 0.7.0.
@@ -455,7 +456,7 @@ TUTTI_API int tutti_batch_create(tutti_runtime* rt, tutti_op op, tutti_batch** o
 TUTTI_API int tutti_batch_add(tutti_batch* b, const tutti_request* reqs, size_t n);
 TUTTI_API int tutti_batch_submit(tutti_batch* b);
 /* Blocks until layer `layer` is done for the whole batch; with option load_timeout_ms, a load's
- * wait gives up after that long (TUTTI_EIO, every chunk of the batch failed). */
+ * wait gives up after that long (TUTTI_EIO, every chunk of the batch failed; see there). */
 TUTTI_API int tutti_batch_wait_layer(tutti_batch* b, uint32_t layer);
 /* CUDA memory only: a wait for layer `layer` of this load batch, and of every load batch
  * submitted before it, ordered with `cuda_stream` (a cudaStream_t; NULL = the legacy default

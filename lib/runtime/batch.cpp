@@ -577,6 +577,18 @@ int Batch::wait() {
   TUTTI_EXPECT_CODE(state_ != State::kBuilding, TUTTI_ESTATE, "wait before submit");
   TUTTI_EXPECT_CODE(!by_layer() || ready_prefix_.load() == layers_, TUTTI_ESTATE,
                     "wait on a store by layer before every layer is declared ready (tutti_batch_layer_ready)");
+  // A load under load_timeout_ms: each layer in turn has that long to land.
+  for (uint32_t l = 0; timeout_.count() && l < layers_; ++l) {
+    bool late;
+    {
+      std::unique_lock lock(mu_);
+      late = !cv_.wait_for(lock, timeout_, [&] { return layer_done_[l] != 0 || given_up_; }) || given_up_;
+    }
+    if (late) {
+      give_up(l);
+      return TUTTI_EIO;  // the results say so at once; the reads in flight end in their own time
+    }
+  }
   settle();
   for (auto& q : reqs_)
     for (int s : q.status)
@@ -584,12 +596,22 @@ int Batch::wait() {
   return 0;
 }
 
+bool Batch::gave_up_running() const {
+  std::lock_guard lock(mu_);
+  return given_up_ && state_ != State::kDone;
+}
+
 tutti_result Batch::result(size_t request) {
   TUTTI_EXPECT(request < reqs_.size(), "request index " + std::to_string(request) + " is out of range");
-  TUTTI_EXPECT_CODE(state_ == State::kDone, TUTTI_ESTATE, "results are ready after tutti_batch_wait");
-  settle();
   const Request& q = reqs_[request];
   tutti_result r{};
+  if (gave_up_running()) {  // every chunk failed; finish() may still be writing the statuses
+    r.chunks = static_cast<uint32_t>(q.status.size());
+    r.status = r.chunks ? TUTTI_EIO : 0;
+    return r;
+  }
+  TUTTI_EXPECT_CODE(state_ == State::kDone, TUTTI_ESTATE, "results are ready after tutti_batch_wait");
+  settle();
   r.chunks = static_cast<uint32_t>(q.status.size());
   // Failures run to the end (fail_after_first_error), so the ok chunks are the leading ones.
   r.chunks_ok = static_cast<uint32_t>(std::find_if(q.status.begin(), q.status.end(), [](int s) { return s != 0; }) -
@@ -603,10 +625,14 @@ tutti_result Batch::result(size_t request) {
 size_t Batch::chunk_status(size_t request, int* out, size_t cap) {
   TUTTI_EXPECT(request < reqs_.size(), "request index " + std::to_string(request) + " is out of range");
   TUTTI_EXPECT(out != nullptr || cap == 0, "status is NULL");
-  TUTTI_EXPECT_CODE(state_ == State::kDone, TUTTI_ESTATE, "chunk status is ready after tutti_batch_wait");
-  settle();
   const Request& q = reqs_[request];
   size_t n = std::min(cap, q.status.size());
+  if (gave_up_running()) {
+    std::fill_n(out, n, TUTTI_EIO);
+    return n;
+  }
+  TUTTI_EXPECT_CODE(state_ == State::kDone, TUTTI_ESTATE, "chunk status is ready after tutti_batch_wait");
+  settle();
   std::copy_n(q.status.begin(), n, out);
   return n;
 }

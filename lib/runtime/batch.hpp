@@ -97,6 +97,7 @@ class Batch final : public Scheduled, private PathSink, private remote::LoadSink
   // A load's wait for `layer` ran past load_timeout_ms: every chunk fails, and once the fence is
   // closed no byte of the batch reaches the blocks. Its I/O still ends (wait, poll).
   void give_up(uint32_t layer);
+  bool gave_up_running() const;  // given up, its reads not all over yet
   void fail(uint32_t i, int code);  // the first error of a chunk stays
   void fail_all(int code);
   void finish();                    // everything moved; results final

@@ -7,9 +7,10 @@
  * Each case runs in a child process. "stall" loads tests/integrity/faultshim.c with LD_PRELOAD
  * and a plan that makes every read of the pool's data sleep 4 s first: the child stores a
  * prompt (writes are not touched), poisons the blocks, loads the prompt with
- * load_timeout_ms=200, and expects tutti_batch_wait_layer(0) to give up (TUTTI_EIO), the batch
- * to end with every chunk failed once its reads are over, and every byte of the KV cache still
- * the poison: the reads that came back late were kept out. "clean" runs without the shim: the
+ * load_timeout_ms=200, and expects tutti_batch_wait_layer(0) to give up (TUTTI_EIO), the result
+ * to say at once that every chunk failed, and, once the reads are over (tutti_batch_destroy),
+ * every byte of the KV cache still the poison: the reads that came back late were kept out. The
+ * same again with tutti_batch_wait in place of the wait for layer 0. "clean" runs without the shim: the
  * same load under load_timeout_ms lands every byte (the reads go through staging). Two
  * layouts: blocks that the loads would otherwise read straight into (NHD, 4 KiB blocks), and
  * blocks that always go through staging (HND, 8-token blocks).
@@ -65,34 +66,39 @@ static int child(const char* dir, int variant, int stalled) {
   rc = th_batch_run(rt, TUTTI_OP_STORE, &req, 1, NULL, 0, 0);
   if (rc != 0) child_fail(XC_SETUP, "store: %d %s", rc, th_batch_error());
 
-  th_kv_poison(kv);  /* memory and shadow: a load given up on must leave it so */
-  tutti_batch* b = NULL;
-  if (tutti_batch_create(rt, TUTTI_OP_LOAD, &b) != 0 || tutti_batch_add(b, &req, 1) != 0 ||
-      tutti_batch_submit(b) != 0)
-    child_fail(XC_SETUP, "load: %s", tutti_last_error());
-  const int waited = tutti_batch_wait_layer(b, 0);
-  char why[1024];
-  snprintf(why, sizeof why, "%s", tutti_last_error());
-  const int ended = tutti_batch_wait(b); /* once every read is over */
-  tutti_result res;
-  memset(&res, 0, sizeof res);
-  tutti_batch_result(b, 0, &res);
-  tutti_batch_destroy(b);
   char msg[512];
-  if (stalled) {
-    if (waited != TUTTI_EIO) child_fail(XC_WRONG, "wait_layer(0) returned %d, not TUTTI_EIO, under stalled reads", waited);
-    if (!strstr(why, "load_timeout_ms")) child_fail(XC_WRONG, "its message does not name load_timeout_ms: %s", why);
-    if (ended != TUTTI_EIO || res.tokens != 0)
-      child_fail(XC_WRONG, "the batch ended with %d and %zu tokens, not TUTTI_EIO and 0", ended, (size_t)res.tokens);
-    size_t bad = th_kv_verify_all(kv, msg, sizeof msg);
-    if (bad) child_fail(XC_WRONG, "%zu bytes of the KV cache changed after the load gave up; first: %s", bad, msg);
-    printf("wait_layer gave up: %s\n", why);
-  } else {
-    if (waited != 0 || ended != 0 || res.tokens != TOKENS)
-      child_fail(XC_WRONG, "clean load: wait_layer %d, wait %d, %zu tokens (%s)", waited, ended, (size_t)res.tokens, why);
-    th_kv_expect(kv, &p, table, 0, TOKENS);
-    size_t bad = th_kv_verify_all(kv, msg, sizeof msg);
-    if (bad) child_fail(XC_WRONG, "%zu bytes differ after a clean load under load_timeout_ms; first: %s", bad, msg);
+  /* Twice: waiting for layer 0, then for the whole batch (tutti_batch_wait gives up too). */
+  for (int whole = 0; whole < 2; whole++) {
+    th_kv_poison(kv); /* memory and shadow: a load given up on must leave it so */
+    tutti_batch* b = NULL;
+    if (tutti_batch_create(rt, TUTTI_OP_LOAD, &b) != 0 || tutti_batch_add(b, &req, 1) != 0 ||
+        tutti_batch_submit(b) != 0)
+      child_fail(XC_SETUP, "load: %s", tutti_last_error());
+    const int waited = whole ? tutti_batch_wait(b) : tutti_batch_wait_layer(b, 0);
+    char why[1024];
+    snprintf(why, sizeof why, "%s", tutti_last_error());
+    const int ended = whole ? waited : tutti_batch_wait(b);
+    tutti_result res;
+    memset(&res, 0, sizeof res);
+    const int got = tutti_batch_result(b, 0, &res); /* at once, after a give-up */
+    tutti_batch_destroy(b);                         /* waits for the reads in flight */
+    const char* what = whole ? "tutti_batch_wait" : "tutti_batch_wait_layer(0)";
+    if (stalled) {
+      if (waited != TUTTI_EIO) child_fail(XC_WRONG, "%s returned %d, not TUTTI_EIO, under stalled reads", what, waited);
+      if (!strstr(why, "load_timeout_ms")) child_fail(XC_WRONG, "%s's message does not name load_timeout_ms: %s", what, why);
+      if (ended != TUTTI_EIO || got != 0 || res.status != TUTTI_EIO || res.tokens != 0)
+        child_fail(XC_WRONG, "after %s gave up: wait %d, result %d with status %d and %zu tokens", what, ended, got,
+                   res.status, (size_t)res.tokens);
+      size_t bad = th_kv_verify_all(kv, msg, sizeof msg);
+      if (bad) child_fail(XC_WRONG, "%zu bytes of the KV cache changed after %s gave up; first: %s", bad, what, msg);
+      printf("%s gave up: %s\n", what, why);
+    } else {
+      if (waited != 0 || ended != 0 || got != 0 || res.tokens != TOKENS)
+        child_fail(XC_WRONG, "clean load, %s: %d, wait %d, %zu tokens (%s)", what, waited, ended, (size_t)res.tokens, why);
+      th_kv_expect(kv, &p, table, 0, TOKENS);
+      size_t bad = th_kv_verify_all(kv, msg, sizeof msg);
+      if (bad) child_fail(XC_WRONG, "%zu bytes differ after a clean load under load_timeout_ms; first: %s", bad, msg);
+    }
   }
   th_prompt_free(&p);
   tutti_runtime_close(rt);

@@ -907,7 +907,10 @@ class TuttiConnector(KVConnectorBase_V1):
         except tutti.Error:
             pass  # per request below
         load.got = [s.begin + load.batch.result(i).tokens for i, s in enumerate(load.specs)]
-        load.batch.close()
+        if load.batch.poll()[1]:
+            load.batch.close()
+        else:  # the wait gave up (load_timeout_ms): its reads end behind the next steps
+            self._parked.append(load.batch)
         load.batch = None
 
     def _lost(self, s: LoadSpec, got: int) -> List[int]:
