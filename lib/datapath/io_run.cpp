@@ -321,7 +321,7 @@ class HostPath final : public LayerPath {
     std::vector<std::pair<uint64_t, uint64_t>> ranges;
     if (per_block_) {
       ranges = per_block_ranges(kv);
-    } else if (p_.direct) {
+    } else if (p_.direct && !(load && sink.fence())) {  // a fenced load stages whole extents
       // Runs are whole iovecs. A checked load reads pieces of kCheckedPiece, each hashed right
       // after it lands: on the H200 machine's host, loads from /dev/shm keep 0.93 of the raw
       // read bandwidth so, against 0.80 hashing whole 1 MiB extents after the read, and 1.02
