@@ -10,10 +10,10 @@
  * load_timeout_ms=200, and expects tutti_batch_wait_layer(0) to give up (TUTTI_EIO), the result
  * to say at once that every chunk failed, and, once the reads are over (tutti_batch_destroy),
  * every byte of the KV cache still the poison: the reads that came back late were kept out. The
- * same again with tutti_batch_wait in place of the wait for layer 0. "clean" runs without the shim: the
- * same load under load_timeout_ms lands every byte (the reads go through staging). Two
- * layouts: blocks that the loads would otherwise read straight into (NHD, 4 KiB blocks), and
- * blocks that always go through staging (HND, 8-token blocks).
+ * same again with tutti_batch_wait in place of the wait for layer 0. "clean" runs without the
+ * shim: the same loads under load_timeout_ms land every byte (the reads go through staging).
+ * Two layouts: blocks that the loads would otherwise read straight into (NHD, 4 KiB blocks),
+ * and blocks that always go through staging (HND, 8-token blocks).
  */
 #define _GNU_SOURCE
 #include <errno.h>
