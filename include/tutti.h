@@ -523,13 +523,14 @@ typedef struct tutti_stats {
   /* Since 0.2 (a caller built against 0.1 passes a smaller struct_size and gets the above). */
   uint64_t tier_hits;     /* chunk-layer loads served by the DRAM tier (option dram_tier) */
   uint64_t tier_misses;   /* chunk-layer loads it did not hold: read from the pool */
-  /* Since 0.7.0: the shared tier (option remote). */
+  /* Since 0.7.0: the shared tier (option remote), and loads given up on. */
   uint64_t remote_hit_chunks;      /* chunks lookups found in it past the local pool's hit */
   uint64_t remote_loaded_chunks;   /* chunks loads took from it, every layer checked */
   uint64_t remote_written_chunks;  /* chunks written through to it */
   uint64_t remote_promoted_chunks; /* chunks copied from it into the local pool */
   uint64_t remote_rejected;        /* values refused (another key, shape or layer, bad checksum) */
   uint64_t remote_errors;          /* calls to it that failed or ran past remote_timeout_ms */
+  uint64_t load_timeouts;          /* load batches that gave up (option load_timeout_ms) */
 } tutti_stats;
 
 TUTTI_API int tutti_runtime_stats(const tutti_runtime* rt, tutti_stats* out);

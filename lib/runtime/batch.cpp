@@ -506,6 +506,7 @@ void Batch::give_up(uint32_t layer) {
     int expected = 0;
     c.error.compare_exchange_strong(expected, TUTTI_EIO);
   }
+  rt_->counters().load_timeouts++;
   log(TUTTI_LOG_WARN, "a load gave up at layer " + std::to_string(layer) + ": " + why);
   cv_.notify_all();  // the other waiters of the batch return too
 }

@@ -415,6 +415,7 @@ tutti_stats Runtime::stats() const {
   s.failed_chunks = counters_.failed_chunks;
   s.layer_waits = counters_.layer_waits;
   s.layer_wait_ns = counters_.layer_wait_ns;
+  s.load_timeouts = counters_.load_timeouts;
   if (tier_) {
     s.tier_hits = tier_->hits();
     s.tier_misses = tier_->misses();

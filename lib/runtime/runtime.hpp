@@ -39,7 +39,7 @@ class Batch;
 struct Counters {
   IoCounters io;  // kept by the layer paths
   std::atomic<uint64_t> lookups{0}, hit_chunks{0}, miss_chunks{0}, stored_chunks{0}, failed_chunks{0}, layer_waits{0},
-      layer_wait_ns{0};
+      layer_wait_ns{0}, load_timeouts{0};
   std::unique_ptr<std::atomic<uint64_t>[]> per_layer_wait_ns;
   Histogram layer_wait, load, store;  // tutti_histogram_kind
 };

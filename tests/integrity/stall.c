@@ -100,6 +100,11 @@ static int child(const char* dir, int variant, int stalled) {
       if (bad) child_fail(XC_WRONG, "%zu bytes differ after a clean load under load_timeout_ms; first: %s", bad, msg);
     }
   }
+  tutti_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  if (tutti_runtime_stats(rt, &st) != 0 || st.load_timeouts != (stalled ? 2u : 0u))
+    child_fail(XC_WRONG, "tutti_stats.load_timeouts is %llu, not %d", (unsigned long long)st.load_timeouts, stalled ? 2 : 0);
   th_prompt_free(&p);
   tutti_runtime_close(rt);
   th_kv_destroy(kv);

@@ -33,6 +33,7 @@ METRICS: List[Tuple[str, str, str, str]] = [
     ("remote_promoted_chunks", "tutti_remote_promoted_chunks_total", "counter", "Chunks copied from the remote tier into the pool"),
     ("remote_rejected", "tutti_remote_rejected_values_total", "counter", "Remote values refused (another key, shape or layer, bad checksum)"),
     ("remote_errors", "tutti_remote_errors_total", "counter", "Calls to the remote tier that failed or ran past their deadline"),
+    ("load_timeouts", "tutti_load_timeouts_total", "counter", "Load batches that gave up after load_timeout_ms"),
 ]
 PER_LAYER = ("tutti_layer_wait_by_layer_seconds_total", "counter", "Time spent blocked waiting for each layer")
 # (Runtime.histogram kind, metric name, help): latency histograms.

@@ -849,12 +849,13 @@ pub struct tutti_stats {
     pub remote_promoted_chunks: u64,
     pub remote_rejected: u64,
     pub remote_errors: u64,
+    pub load_timeouts: u64,
 }
 #[test]
 fn bindgen_test_layout_tutti_stats() {
     assert_eq!(
         ::std::mem::size_of::<tutti_stats>(),
-        176usize,
+        184usize,
         concat!("Size of: ", stringify!(tutti_stats))
     );
     assert_eq!(
@@ -1253,6 +1254,23 @@ fn bindgen_test_layout_tutti_stats() {
         );
     }
     test_field_remote_errors();
+    fn test_field_load_timeouts() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<tutti_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).load_timeouts) as usize - ptr as usize
+            },
+            176usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(tutti_stats),
+                "::",
+                stringify!(load_timeouts)
+            )
+        );
+    }
+    test_field_load_timeouts();
 }
 extern "C" {
     pub fn tutti_runtime_stats(
