@@ -368,12 +368,16 @@ func (c *LookupClient) Close() {
 	}
 }
 
-// Stats are the runtime's counters.
+// Stats are the runtime's counters (tutti_stats in tutti.h).
 type Stats struct {
 	Layers                                                       uint32
 	BytesRead, BytesWritten, IOs, Lookups, HitChunks, MissChunks uint64
 	StoredChunks, Evictions, FailedChunks, SlotsTotal, SlotsUsed uint64
 	LayerWaits, LayerWaitNs                                      uint64
+	TierHits, TierMisses                                         uint64 // the DRAM tier (option dram_tier)
+	RemoteHitChunks, RemoteLoadedChunks, RemoteWrittenChunks     uint64 // the shared tier (option remote)
+	RemotePromotedChunks, RemoteRejected, RemoteErrors           uint64
+	LoadTimeouts                                                 uint64 // load batches that gave up (option load_timeout_ms)
 }
 
 // Stats returns the runtime's counters.
@@ -387,10 +391,17 @@ func (rt *Runtime) Stats() (Stats, error) {
 	if err := locked(func() C.int { return C.tutti_runtime_stats(h, &s) }); err != nil {
 		return Stats{}, err
 	}
-	return Stats{uint32(s.num_layers), uint64(s.bytes_read), uint64(s.bytes_written), uint64(s.ios), uint64(s.lookups),
-		uint64(s.hit_chunks), uint64(s.miss_chunks), uint64(s.stored_chunks), uint64(s.evictions),
-		uint64(s.failed_chunks), uint64(s.slots_total), uint64(s.slots_used), uint64(s.layer_waits),
-		uint64(s.layer_wait_ns)}, nil
+	return Stats{
+		Layers: uint32(s.num_layers), BytesRead: uint64(s.bytes_read), BytesWritten: uint64(s.bytes_written),
+		IOs: uint64(s.ios), Lookups: uint64(s.lookups), HitChunks: uint64(s.hit_chunks), MissChunks: uint64(s.miss_chunks),
+		StoredChunks: uint64(s.stored_chunks), Evictions: uint64(s.evictions), FailedChunks: uint64(s.failed_chunks),
+		SlotsTotal: uint64(s.slots_total), SlotsUsed: uint64(s.slots_used), LayerWaits: uint64(s.layer_waits),
+		LayerWaitNs: uint64(s.layer_wait_ns), TierHits: uint64(s.tier_hits), TierMisses: uint64(s.tier_misses),
+		RemoteHitChunks: uint64(s.remote_hit_chunks), RemoteLoadedChunks: uint64(s.remote_loaded_chunks),
+		RemoteWrittenChunks: uint64(s.remote_written_chunks), RemotePromotedChunks: uint64(s.remote_promoted_chunks),
+		RemoteRejected: uint64(s.remote_rejected), RemoteErrors: uint64(s.remote_errors),
+		LoadTimeouts: uint64(s.load_timeouts),
+	}, nil
 }
 
 // LayerWaitNs returns, per layer, the time spent blocked in WaitLayer.

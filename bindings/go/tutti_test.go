@@ -69,7 +69,8 @@ func TestStoreLookupLoad(t *testing.T) {
 	}
 	kv.check(t, prompt{tokens: tokens, table: loaded}, 0, len(tokens), 0, layers)
 	s, err := rt.Stats()
-	if err != nil || s.StoredChunks != 5 || s.LayerWaits != 2*layers {
+	if err != nil || s.Layers != layers || s.StoredChunks != 5 || s.LayerWaits != 2*layers || s.FailedChunks != 0 ||
+		s.LoadTimeouts != 0 || s.RemoteErrors != 0 {
 		t.Fatalf("stats %+v %v", s, err)
 	}
 	if w, err := rt.LayerWaitNs(); err != nil || len(w) != layers {
