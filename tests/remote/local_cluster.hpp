@@ -41,6 +41,14 @@ inline std::string find_tool(const std::string& name) {
   return "";
 }
 
+// The value of `key` in an INFO answer ("key:value\r\n"), or "".
+inline std::string field(const std::string& info, const std::string& key) {
+  const size_t at = info.find("\n" + key + ":");
+  if (at == std::string::npos) return "";
+  const size_t from = at + key.size() + 2;
+  return info.substr(from, info.find_first_of("\r\n", from) - from);
+}
+
 // One command to one node, outside the cluster client (set-up and inspection).
 inline std::string node_command(const Endpoint& at, const std::string& cmd) {
   timeval tv{2, 0};
@@ -128,13 +136,19 @@ class LocalCluster {
   // Every node stopped (SIGSTOP): connections open, nothing answers; and resumed.
   void pause_all() { signal_all(SIGSTOP); }
   void resume_all() { signal_all(SIGCONT); }
-  // Every replica has synced with its master (a master killed before its replica synced has no
-  // successor: the replica refuses to fail over, its data too old).
+  // Every master's replica is online and has acknowledged all the master has (a master killed
+  // before that has a successor without some of its values: this cluster lets any replica
+  // stand for election). A node that does not answer is not known to be in sync.
   bool replicas_in_sync() const {
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (pids_[i] <= 0) continue;
       const std::string info = node_command(nodes[i], "INFO replication");
-      if (info.find("role:slave") != std::string::npos && info.find("master_link_status:up") == std::string::npos)
+      if (info.find("role:") == std::string::npos) return false;
+      if (info.find("role:master") == std::string::npos) continue;
+      const std::string offset = field(info, "master_repl_offset");
+      const std::string replica = field(info, "slave0");  // ip=..,port=..,state=online,offset=N,lag=..
+      if (offset.empty() || replica.find("state=online") == std::string::npos ||
+          replica.find(",offset=" + offset + ",") == std::string::npos)
         return false;
     }
     return true;
