@@ -11,10 +11,12 @@ namespace tutti {
 
 class Fence {
  public:
-  // Held while a writer moves bytes in; open() says whether it may.
+  // Held while a writer moves bytes in; open() says whether it may. No fence: always open.
   class Pass {
    public:
-    explicit Pass(Fence& f) : lock_(f.mu_), open_(!f.closed_) {}
+    explicit Pass(Fence* f)
+        : lock_(f ? std::shared_lock<std::shared_mutex>(f->mu_) : std::shared_lock<std::shared_mutex>()),
+          open_(!f || !f->closed_) {}
     bool open() const { return open_; }
 
    private:

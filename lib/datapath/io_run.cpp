@@ -289,9 +289,8 @@ class HostRun final : public IoRun {
       return -EBADMSG;  // op_done says where
     }
     if (op.stage.data) {
-      std::optional<Fence::Pass> pass;
-      if (Fence* f = sink_.fence()) pass.emplace(*f);
-      if (pass && !pass->open()) return -ETIMEDOUT;  // given up on: the chunk failed already
+      const Fence::Pass pass(sink_.fence());
+      if (!pass.open()) return -ETIMEDOUT;  // given up on: the chunk failed already
       kv_.scatter(op.layer, c.blocks, c.span, op.lo, op.hi, op.stage.data);
     }
     return res;

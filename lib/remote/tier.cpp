@@ -9,7 +9,6 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
-#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -277,10 +276,8 @@ void RedisTier::serve(std::unique_ptr<Cluster>& loader, const std::vector<LoadJo
         if (!refused++) first_refusal = why;
       } else {
         const auto* payload = reinterpret_cast<const std::byte*>(r.str().data() + kValueHeaderBytes);
-        Fence* fence = job.sink->fence();
-        std::optional<Fence::Pass> pass;
-        if (fence) pass.emplace(*fence);
-        if (pass && !pass->open()) continue;  // the load was given up on: it already failed
+        const Fence::Pass pass(job.sink->fence());
+        if (!pass.open()) continue;  // the load was given up on: it already failed
         try {
           if (kv.on_device())  // one copy per run, on this thread's own stream: not yet fast
             kv.for_each_run(job.layer, c.blocks, c.span, 0, layer_bytes_, [&](const MemRun& m) {

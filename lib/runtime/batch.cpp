@@ -473,21 +473,31 @@ void Batch::wait_layer(uint32_t layer) {
                                     std::to_string(layers_) + " layers)");
   TUTTI_EXPECT_CODE(state_ != State::kBuilding, TUTTI_ESTATE, "wait_layer before submit");
   auto t0 = std::chrono::steady_clock::now();
-  bool late = false;
-  {
+  if (by_layer()) {
     std::unique_lock lock(mu_);
-    TUTTI_EXPECT_CODE(!by_layer() || layer_ready_[layer], TUTTI_ESTATE,
+    TUTTI_EXPECT_CODE(layer_ready_[layer], TUTTI_ESTATE,
                       "wait_layer on a layer of a store by layer not declared ready (tutti_batch_layer_ready)");
-    auto over = [&] { return layer_done_[layer] != 0 || given_up_; };
-    if (!timeout_.count()) cv_.wait(lock, over);
-    else late = !cv_.wait_for(lock, timeout_, over) || given_up_;
   }
+  const bool in_time = landed_in_time(layer);
   count_wait(layer, t0);
-  if (!late) return;
-  give_up(layer);
+  if (in_time) return;
   tutti::fail(TUTTI_EIO, "the load gave up at layer " + std::to_string(layer) + ", not landed within load_timeout_ms (" +
                              std::to_string(timeout_.count()) + " ms): every chunk of the batch failed (" +
                              first_error() + ")");
+}
+
+bool Batch::landed_in_time(uint32_t layer) {
+  {
+    std::unique_lock lock(mu_);
+    auto over = [&] { return layer_done_[layer] != 0 || given_up_; };
+    if (!timeout_.count()) {
+      cv_.wait(lock, over);
+      return true;
+    }
+    if (cv_.wait_for(lock, timeout_, over) && !given_up_) return true;
+  }
+  give_up(layer);
+  return false;
 }
 
 void Batch::give_up(uint32_t layer) {
@@ -578,18 +588,10 @@ int Batch::wait() {
   TUTTI_EXPECT_CODE(state_ != State::kBuilding, TUTTI_ESTATE, "wait before submit");
   TUTTI_EXPECT_CODE(!by_layer() || ready_prefix_.load() == layers_, TUTTI_ESTATE,
                     "wait on a store by layer before every layer is declared ready (tutti_batch_layer_ready)");
-  // A load under load_timeout_ms: each layer in turn has that long to land.
-  for (uint32_t l = 0; timeout_.count() && l < layers_; ++l) {
-    bool late;
-    {
-      std::unique_lock lock(mu_);
-      late = !cv_.wait_for(lock, timeout_, [&] { return layer_done_[l] != 0 || given_up_; }) || given_up_;
-    }
-    if (late) {
-      give_up(l);
-      return TUTTI_EIO;  // the results say so at once; the reads in flight end in their own time
-    }
-  }
+  // A load under load_timeout_ms: each layer in turn has that long to land. When it gives up,
+  // the results say so at once; the reads in flight end in their own time.
+  for (uint32_t l = 0; timeout_.count() && l < layers_; ++l)
+    if (!landed_in_time(l)) return TUTTI_EIO;
   settle();
   for (auto& q : reqs_)
     for (int s : q.status)

@@ -86,7 +86,7 @@ class Batch final : public Scheduled, private PathSink, private remote::LoadSink
   void layer_landed(uint32_t layer) override;
   void layer_queued(uint32_t layer) override;
   // Both sinks': a load under load_timeout_ms moves its bytes into the blocks through fence_.
-  Fence* fence() override { return timeout_.count() && is_load() ? &fence_ : nullptr; }
+  Fence* fence() override { return timeout_.count() ? &fence_ : nullptr; }
   // remote::LoadSink
   void remote_failed(uint32_t i, uint32_t layer, const std::string& why) override;
   void remote_landed(uint32_t layer) override { part_landed(layer); }
@@ -98,6 +98,9 @@ class Batch final : public Scheduled, private PathSink, private remote::LoadSink
   // closed no byte of the batch reaches the blocks. Its I/O still ends (wait, poll).
   void give_up(uint32_t layer);
   bool gave_up_running() const;  // given up, its reads not all over yet
+  // Waits for `layer` to land, at most load_timeout_ms; false when the load gives up (then or
+  // before).
+  bool landed_in_time(uint32_t layer);
   void fail(uint32_t i, int code);  // the first error of a chunk stays
   void fail_all(int code);
   void finish();                    // everything moved; results final
@@ -138,7 +141,7 @@ class Batch final : public Scheduled, private PathSink, private remote::LoadSink
   // The batch's first failure in words: which request, chunk and layer, the file, offset
   // and errno, or the checksum that did not match.
   std::string first_error_;          // guarded by mu_
-  std::chrono::milliseconds timeout_{0};  // option load_timeout_ms, for loads
+  std::chrono::milliseconds timeout_{0};  // option load_timeout_ms; loads only
   Fence fence_;
   bool given_up_ = false;  // guarded by mu_
   mutable std::mutex mu_;

@@ -28,7 +28,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,17 +69,6 @@ typedef struct wl {
   size_t verified;
 } wl;
 
-static void wl_fail(int code, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "FAIL: ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
-  va_end(ap);
-  fflush(NULL);
-  _exit(code);
-}
-
 static void wl_setup(wl* w, const char* dir, int variant, int honest, int post_mortem) {
   memset(w, 0, sizeof *w);
   w->dir = dir;
@@ -104,7 +92,7 @@ static void wl_setup(wl* w, const char* dir, int variant, int honest, int post_m
     s.block_tokens = 16; /* 16 x 2 heads x 128 B: 4 KiB blocks, read straight into them */
   }
   w->spec = s;
-  if (th_kv_create(&w->kv, &w->spec) != 0) wl_fail(XC_SETUP, "cannot allocate the KV cache");
+  if (th_kv_create(&w->kv, &w->spec) != 0) it_child_fail(XC_SETUP, "cannot allocate the KV cache");
   it_capacity(w->capacity, sizeof w->capacity, &w->shape, SLOTS);
   it_universe_init(&w->u, th_mix64(th_base_seed() ^ 0xF0F0), UNIVERSE, w->shape.chunk_tokens,
                    MAX_CHUNKS);
@@ -125,7 +113,7 @@ static int wl_open(wl* w) {
   static const int ok[] = {0, TUTTI_EIO, TUTTI_ENOSPC, TUTTI_ECORRUPT, TUTTI_EACCES};
   static const int ok_post[] = {0, TUTTI_ECORRUPT};
   if (w->post_mortem ? !one_of(rc, ok_post, 2) : !one_of(rc, ok, 5))
-    wl_fail(XC_UNCLEAN, "%sopen -> %d (%s): %s", w->post_mortem ? "post-mortem " : "", rc,
+    it_child_fail(XC_UNCLEAN, "%sopen -> %d (%s): %s", w->post_mortem ? "post-mortem " : "", rc,
             tutti_strerror(rc), tutti_last_error());
   if (rc) fprintf(stderr, "# open -> %s: %s\n", tutti_strerror(rc), tutti_last_error());
   return rc;
@@ -153,9 +141,9 @@ static void wl_store(wl* w, const int* idx, size_t n) {
   it_tables_free(&tabs);
   static const int ok[] = {0, TUTTI_EIO, TUTTI_ENOSPC};
   if (!one_of(out.rc, ok, 3))
-    wl_fail(XC_UNCLEAN, "store -> %d (%s): %s", out.rc, tutti_strerror(out.rc), out.msg);
+    it_child_fail(XC_UNCLEAN, "store -> %d (%s): %s", out.rc, tutti_strerror(out.rc), out.msg);
   if (it_inconsistent(reqs, n, &out, ct))
-    wl_fail(XC_INCONSISTENT, "store -> %d but a result says otherwise (status %d, %zu tokens)",
+    it_child_fail(XC_INCONSISTENT, "store -> %d but a result says otherwise (status %d, %zu tokens)",
             out.rc, out.res[0].status, out.res[0].tokens);
   if (out.rc) fprintf(stderr, "# store -> %s: %s\n", tutti_strerror(out.rc), out.msg);
 }
@@ -168,7 +156,7 @@ static void wl_check_all(wl* w) {
     const th_prompt* p = &w->u.p[i];
     int rc = tutti_lookup(w->rt, p->tokens, p->n, NULL, 0, &hits[i]);
     if (rc != 0 || hits[i] % ct || hits[i] > p->n)
-      wl_fail(XC_UNCLEAN, "lookup of prompt %zu -> %d (%s), %zu tokens: %s", i, rc,
+      it_child_fail(XC_UNCLEAN, "lookup of prompt %zu -> %d (%s), %zu tokens: %s", i, rc,
               tutti_strerror(rc), hits[i], tutti_last_error());
   }
   it_tables tabs;
@@ -186,7 +174,7 @@ static void wl_check_all(wl* w) {
     it_outcome out;
     it_load(w->rt, w->kv, reqs, n, &out);
     if (out.wrong_bytes)
-      wl_fail(XC_WRONG, "%sload of %zu prompts -> %d (%s): %zu wrong bytes; first: %s",
+      it_child_fail(XC_WRONG, "%sload of %zu prompts -> %d (%s): %zu wrong bytes; first: %s",
               w->post_mortem ? "post-mortem " : "", n, out.rc, tutti_strerror(out.rc),
               out.wrong_bytes, out.msg);
     static const int ok_honest[] = {0, TUTTI_EIO, TUTTI_ENOENT};
@@ -198,11 +186,11 @@ static void wl_check_all(wl* w) {
                                : (w->honest ? one_of(out.rc, ok_honest, 3)
                                             : one_of(out.rc, ok_dishonest, 4));
     if (!clean)
-      wl_fail(XC_UNCLEAN, "%sload of %zu prompts that lookups reported -> %d (%s)%s: %s",
+      it_child_fail(XC_UNCLEAN, "%sload of %zu prompts that lookups reported -> %d (%s)%s: %s",
               w->post_mortem ? "post-mortem " : "", n, out.rc, tutti_strerror(out.rc),
               w->honest ? " after honest faults only" : "", out.msg);
     if (it_inconsistent(reqs, n, &out, ct))
-      wl_fail(XC_INCONSISTENT, "load -> %d but a result says otherwise", out.rc);
+      it_child_fail(XC_INCONSISTENT, "load -> %d but a result says otherwise", out.rc);
     if (out.rc) fprintf(stderr, "# load -> %s: %s\n", tutti_strerror(out.rc), out.msg);
     for (size_t k = 0; k < n; k++) w->verified += out.res[k].chunks_ok;
   }
@@ -330,18 +318,10 @@ static int run_case(const char* plan, int variant, int show_log, site* sites, si
     char var[16], seed[32];
     snprintf(var, sizeof var, "%d", variant);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)th_base_seed());
-    setenv("LD_PRELOAD", g_shim, 1);
-    setenv("TUTTI_FAULT_PREFIX", pool, 1);
-    setenv("TUTTI_FAULT_PLAN", plan, 1);
+    it_preload_faultshim(g_shim, pool, plan);
     setenv("TUTTI_FAULT_SEED", seed, 1);
     setenv("TUTTI_FAULT_COUNTS", counts, 1);
     setenv("TUTTI_TEST_SEED", seed, 1);
-    /* under AddressSanitizer the preloaded shim comes before the ASan runtime */
-    char asan[4096];
-    const char* prev = getenv("ASAN_OPTIONS");
-    snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", prev ? prev : "",
-             prev && *prev ? ":" : "");
-    setenv("ASAN_OPTIONS", asan, 1);
     char* args[] = {g_self, "--child", dir, var, (char*)plan, NULL};
     execv(g_self, args);
     fprintf(stderr, "exec %s: %s\n", g_self, strerror(errno));

@@ -3,10 +3,12 @@
 #define _GNU_SOURCE
 #include "integrity.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define IT_REQUIRE(cond)                                                              \
   do {                                                                                \
@@ -225,4 +227,25 @@ int it_open(tutti_runtime** rt, const char* dir, const char* capacity, unsigned 
 
 void it_pool_path(char* out, size_t cap, const char* dir) {
   snprintf(out, cap, "%s/pool.tutti", dir);
+}
+
+void it_child_fail(int code, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "FAIL: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  fflush(NULL);
+  _exit(code);
+}
+
+void it_preload_faultshim(const char* shim, const char* pool, const char* plan) {
+  setenv("LD_PRELOAD", shim, 1);
+  setenv("TUTTI_FAULT_PREFIX", pool, 1);
+  setenv("TUTTI_FAULT_PLAN", plan, 1);
+  char asan[4096];
+  const char* prev = getenv("ASAN_OPTIONS");
+  snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", prev ? prev : "", prev && *prev ? ":" : "");
+  setenv("ASAN_OPTIONS", asan, 1);
 }

@@ -103,4 +103,12 @@ int it_open(tutti_runtime** rt, const char* dir, const char* capacity, unsigned 
 /* The file of a single-file pool opened by th_options: "<dir>/pool.tutti". */
 void it_pool_path(char* out, size_t cap, const char* dir);
 
+/* ---- Child processes under the fault shim ---------------------------------------------- */
+
+/* A child's failure: prints "FAIL: " and the message to stderr and exits with `code`. */
+void it_child_fail(int code, const char* fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+/* In a child about to exec: preload the fault shim (tests/integrity/faultshim.c) on the calls to
+ * `pool` with `plan`; under AddressSanitizer the shim comes before ASan's runtime. */
+void it_preload_faultshim(const char* shim, const char* pool, const char* plan);
+
 #endif /* TUTTI_INTEGRITY_H */

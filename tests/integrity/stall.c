@@ -17,8 +17,6 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,26 +32,15 @@
 enum { TOKENS = 128, CHUNK_TOKENS = 64 };
 enum { XC_OK = 0, XC_WRONG = 3, XC_SETUP = 6 };
 
-static void child_fail(int code, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "FAIL: ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
-  va_end(ap);
-  fflush(NULL);
-  _exit(code);
-}
-
 static int child(const char* dir, int variant, int stalled) {
   th_kv_spec spec = th_spec_default();
   if (variant == 1) spec.block_tokens = 8, spec.hnd = 1;
   th_kv* kv = NULL;
-  if (th_kv_create(&kv, &spec) != 0) child_fail(XC_SETUP, "cannot allocate the KV cache");
+  if (th_kv_create(&kv, &spec) != 0) it_child_fail(XC_SETUP, "cannot allocate the KV cache");
   const char* extra[] = {"backend", "posix", "threads", "4", "load_timeout_ms", "200", NULL};
   tutti_runtime* rt = NULL;
   int rc = th_open(&rt, dir, "4M", CHUNK_TOKENS, extra, kv);
-  if (rc != 0) child_fail(XC_SETUP, "open: %d %s", rc, tutti_last_error());
+  if (rc != 0) it_child_fail(XC_SETUP, "open: %d %s", rc, tutti_last_error());
 
   uint64_t rng = th_mix64(th_base_seed() ^ 0x57A11ull);
   th_prompt p;
@@ -64,7 +51,7 @@ static int child(const char* dir, int variant, int stalled) {
   th_kv_fill(kv, &p, table, 0, TOKENS);
   tutti_request req = th_request(&p, table, nblocks, 0, TOKENS);
   rc = th_batch_run(rt, TUTTI_OP_STORE, &req, 1, NULL, 0, 0);
-  if (rc != 0) child_fail(XC_SETUP, "store: %d %s", rc, th_batch_error());
+  if (rc != 0) it_child_fail(XC_SETUP, "store: %d %s", rc, th_batch_error());
 
   char msg[512];
   /* Twice: waiting for layer 0, then for the whole batch (tutti_batch_wait gives up too). */
@@ -73,7 +60,7 @@ static int child(const char* dir, int variant, int stalled) {
     tutti_batch* b = NULL;
     if (tutti_batch_create(rt, TUTTI_OP_LOAD, &b) != 0 || tutti_batch_add(b, &req, 1) != 0 ||
         tutti_batch_submit(b) != 0)
-      child_fail(XC_SETUP, "load: %s", tutti_last_error());
+      it_child_fail(XC_SETUP, "load: %s", tutti_last_error());
     const int waited = whole ? tutti_batch_wait(b) : tutti_batch_wait_layer(b, 0);
     char why[1024];
     snprintf(why, sizeof why, "%s", tutti_last_error());
@@ -84,27 +71,27 @@ static int child(const char* dir, int variant, int stalled) {
     tutti_batch_destroy(b);                         /* waits for the reads in flight */
     const char* what = whole ? "tutti_batch_wait" : "tutti_batch_wait_layer(0)";
     if (stalled) {
-      if (waited != TUTTI_EIO) child_fail(XC_WRONG, "%s returned %d, not TUTTI_EIO, under stalled reads", what, waited);
-      if (!strstr(why, "load_timeout_ms")) child_fail(XC_WRONG, "%s's message does not name load_timeout_ms: %s", what, why);
+      if (waited != TUTTI_EIO) it_child_fail(XC_WRONG, "%s returned %d, not TUTTI_EIO, under stalled reads", what, waited);
+      if (!strstr(why, "load_timeout_ms")) it_child_fail(XC_WRONG, "%s's message does not name load_timeout_ms: %s", what, why);
       if (ended != TUTTI_EIO || got != 0 || res.status != TUTTI_EIO || res.tokens != 0)
-        child_fail(XC_WRONG, "after %s gave up: wait %d, result %d with status %d and %zu tokens", what, ended, got,
+        it_child_fail(XC_WRONG, "after %s gave up: wait %d, result %d with status %d and %zu tokens", what, ended, got,
                    res.status, (size_t)res.tokens);
       size_t bad = th_kv_verify_all(kv, msg, sizeof msg);
-      if (bad) child_fail(XC_WRONG, "%zu bytes of the KV cache changed after %s gave up; first: %s", bad, what, msg);
+      if (bad) it_child_fail(XC_WRONG, "%zu bytes of the KV cache changed after %s gave up; first: %s", bad, what, msg);
       printf("%s gave up: %s\n", what, why);
     } else {
       if (waited != 0 || ended != 0 || got != 0 || res.tokens != TOKENS)
-        child_fail(XC_WRONG, "clean load, %s: %d, wait %d, %zu tokens (%s)", what, waited, ended, (size_t)res.tokens, why);
+        it_child_fail(XC_WRONG, "clean load, %s: %d, wait %d, %zu tokens (%s)", what, waited, ended, (size_t)res.tokens, why);
       th_kv_expect(kv, &p, table, 0, TOKENS);
       size_t bad = th_kv_verify_all(kv, msg, sizeof msg);
-      if (bad) child_fail(XC_WRONG, "%zu bytes differ after a clean load under load_timeout_ms; first: %s", bad, msg);
+      if (bad) it_child_fail(XC_WRONG, "%zu bytes differ after a clean load under load_timeout_ms; first: %s", bad, msg);
     }
   }
   tutti_stats st;
   memset(&st, 0, sizeof st);
   st.struct_size = sizeof st;
   if (tutti_runtime_stats(rt, &st) != 0 || st.load_timeouts != (stalled ? 2u : 0u))
-    child_fail(XC_WRONG, "tutti_stats.load_timeouts is %llu, not %d", (unsigned long long)st.load_timeouts, stalled ? 2 : 0);
+    it_child_fail(XC_WRONG, "tutti_stats.load_timeouts is %llu, not %d", (unsigned long long)st.load_timeouts, stalled ? 2 : 0);
   th_prompt_free(&p);
   tutti_runtime_close(rt);
   th_kv_destroy(kv);
@@ -122,14 +109,8 @@ static int run_case(const char* self, int variant, int stalled) {
   pid_t pid = fork();
   if (pid == 0) {
     if (stalled) {
-      setenv("LD_PRELOAD", TUTTI_FAULTSHIM_PATH, 1);
-      setenv("TUTTI_FAULT_PREFIX", pool, 1);
-      setenv("TUTTI_FAULT_PLAN", "pread:data:stall:1:0;preadv:data:stall:1:0", 1);
+      it_preload_faultshim(TUTTI_FAULTSHIM_PATH, pool, "pread:data:stall:1:0;preadv:data:stall:1:0");
       setenv("TUTTI_FAULT_STALL_MS", "4000", 1);
-      const char* prev = getenv("ASAN_OPTIONS");  /* the preloaded shim comes before ASan's runtime */
-      char asan[4096];
-      snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", prev ? prev : "", prev && *prev ? ":" : "");
-      setenv("ASAN_OPTIONS", asan, 1);
     }
     char var[8];
     snprintf(var, sizeof var, "%d", variant);

@@ -97,13 +97,18 @@ class Machine {
     return tf_prompt{tokens.data(), tokens.size(), static_cast<uint64_t>(which) + 1, nullptr, table.data()};
   }
 
-  int move(tutti_op op, int which, size_t end, tutti_result* res = nullptr) {
-    const auto tokens = prompt(which);
-    const auto tbl = table(which);
+  // Tokens [0, end) of a prompt over a block table (both must outlive the batch).
+  static tutti_request request(const std::vector<int32_t>& tokens, const std::vector<int32_t>& tbl, size_t end) {
     tutti_request r{};
     r.tokens = tokens.data(), r.num_tokens = tokens.size();
     r.block_table = tbl.data(), r.num_block_ids = tbl.size();
-    r.token_begin = 0, r.token_end = end;
+    r.token_end = end;
+    return r;
+  }
+  int move(tutti_op op, int which, size_t end, tutti_result* res = nullptr) {
+    const auto tokens = prompt(which);
+    const auto tbl = table(which);
+    const tutti_request r = request(tokens, tbl, end);
     tutti_batch* b = nullptr;
     int rc = tutti_batch_create(rt_, op, &b);
     if (rc == 0) rc = tutti_batch_add(b, &r, 1);
@@ -146,10 +151,7 @@ class Machine {
     std::fill(mem_.begin(), mem_.end(), std::byte{0});
     const auto tokens = prompt(which);
     const auto tbl = table(which);
-    tutti_request r{};
-    r.tokens = tokens.data(), r.num_tokens = tokens.size();
-    r.block_table = tbl.data(), r.num_block_ids = tbl.size();
-    r.token_begin = 0, r.token_end = kTokens;
+    const tutti_request r = request(tokens, tbl, kTokens);
     tutti_batch* b = nullptr;
     EXPECT_EQ(tutti_batch_create(rt_, TUTTI_OP_LOAD, &b), 0);
     EXPECT_EQ(tutti_batch_add(b, &r, 1), 0);
