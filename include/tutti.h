@@ -229,8 +229,12 @@ TUTTI_API const char* tutti_last_error(void);
  *                    in their own time (tutti_batch_poll says when; tutti_batch_destroy waits
  *                    for them). Loads under it go through staging
  *                    (a read straight into the blocks could not be called back): one more copy.
- *                    Host memory only for now: TUTTI_EUNSUPPORTED from
- *                    tutti_runtime_register_kv for CUDA memory. Since 0.7.0.
+ *                    In CUDA memory the give-up also waits for the copies already queued on
+ *                    tutti's stream and releases the stream waits on the batch
+ *                    (tutti_batch_wait_layer_async waits on the host, at most that long, and
+ *                    returns TUTTI_EIO; a wait inside CUDA graph capture is refused:
+ *                    TUTTI_EUNSUPPORTED). Not with backend gpu-uring (TUTTI_EUNSUPPORTED from
+ *                    tutti_runtime_register_kv). Since 0.7.0.
  *   sqpoll_idle_ms   gpu-uring: ms without submissions before a SQPOLL thread sleeps
  *                    (default 2); it spins while awake.
  *   sqpoll_shared    gpu-uring: 1 (default) = every ring shares the first ring's SQPOLL

@@ -395,7 +395,7 @@ void Device::mark_queued(uint32_t layer, uint64_t epoch) noexcept {
   ready_cv_.notify_all();
 }
 
-void Device::enqueue_wait(void* stream, uint32_t layer, uint64_t epoch) {
+bool Device::enqueue_wait(void* stream, uint32_t layer, uint64_t epoch, std::chrono::milliseconds timeout) {
   Guard g(ordinal_);
   auto s = static_cast<cudaStream_t>(stream);
   // A captured graph replays for later batches: its waits read the newest epoch when they run.
@@ -407,20 +407,33 @@ void Device::enqueue_wait(void* stream, uint32_t layer, uint64_t epoch) {
     capture = cudaStreamCaptureStatusNone;
   }
   const bool captured = capture != cudaStreamCaptureStatusNone;
-  if (!captured && !gpu_waits_) {
+  TUTTI_EXPECT_CODE(!captured || !timeout.count(), TUTTI_EUNSUPPORTED,
+                    "option load_timeout_ms: a wait captured into a CUDA graph runs without the host and cannot "
+                    "give up; capture with load_timeout_ms 0");
+  if (!captured && (!gpu_waits_ || timeout.count())) {
     auto in_place = [&] { return __atomic_load_n(&control_[1 + layer], __ATOMIC_ACQUIRE) >= epoch; };
+    auto queued = [&] { return in_place() || __atomic_load_n(&queued_[layer], __ATOMIC_ACQUIRE) >= epoch; };
     {
       std::unique_lock lock(ready_mu_);
-      ready_cv_.wait(lock, [&] { return in_place() || __atomic_load_n(&queued_[layer], __ATOMIC_ACQUIRE) >= epoch; });
+      if (!timeout.count()) ready_cv_.wait(lock, queued);
+      else if (!ready_cv_.wait_for(lock, timeout, queued)) return false;
     }
+    if (in_place()) return true;
     // Not yet in place, but every copy it needs is queued on tutti's stream: the engine's
     // stream waits for them on the GPU, without a kernel, while its thread runs ahead.
-    if (!in_place())
+    if (!gpu_waits_) {
       check(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(queued_events_[layer]), 0), "cudaStreamWaitEvent");
-    return;
+      return true;
+    }
   }
   wait_layer<<<1, 32, 0, s>>>(control_dev_, layer, captured ? 0 : epoch);
   check(cudaGetLastError(), "wait kernel launch");
+  return true;
+}
+
+void Device::sync_scatters() {
+  Guard g(ordinal_);
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "the scatter stream");
 }
 
 void* Device::record_event(void* stream) {

@@ -3,6 +3,7 @@
 // CUDA links device_stub.cpp instead of device.cu, whose calls fail with a clear reason.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -71,7 +72,13 @@ class Device {
   void mark_queued(uint32_t layer, uint64_t epoch) noexcept;
   void set_gpu_waits(bool on) { gpu_waits_ = on; }  // option stream_wait=gpu
   // Waits for the batches up to `epoch`; inside graph capture, up to the newest when it runs.
-  void enqueue_wait(void* stream, uint32_t layer, uint64_t epoch);
+  // With a timeout (a load under load_timeout_ms) the calling thread waits at most that long
+  // for the layer to be in place or queued, whatever stream_wait says, and on time-out returns
+  // false with nothing enqueued; a wait captured into a graph cannot time out (EUNSUPPORTED).
+  bool enqueue_wait(void* stream, uint32_t layer, uint64_t epoch, std::chrono::milliseconds timeout = {});
+  // Waits for every copy queued on the scatter stream (not from a host callback): a load given
+  // up on has none of its bytes land after this.
+  void sync_scatters();
 
   // Events on an engine's stream (stores by layer): recorded where the stream is now, waited
   // for by a sleeping thread (blocking sync, no spinning), destroyed by their owner.

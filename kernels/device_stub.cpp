@@ -22,7 +22,8 @@ void Device::set_staging(uint64_t, uint64_t) { no_cuda(); }
 void Device::begin_epoch(uint64_t) {}
 void Device::mark_ready(uint32_t, uint64_t) {}
 void Device::mark_queued(uint32_t, uint64_t) noexcept {}
-void Device::enqueue_wait(void*, uint32_t, uint64_t) { no_cuda(); }
+bool Device::enqueue_wait(void*, uint32_t, uint64_t, std::chrono::milliseconds) { no_cuda(); }
+void Device::sync_scatters() {}
 void* Device::record_event(void*) { no_cuda(); }
 void Device::sync_event(void*) { no_cuda(); }
 void Device::destroy_event(void*) noexcept {}

@@ -3,6 +3,7 @@
 // CUDA memory) and mapped-cuda. A load is checked where its bytes land: by the checksum kernel,
 // right after the copy kernel on its stream (per-block: once the layer's copies are all done).
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "common/checksum.hpp"
@@ -123,6 +124,10 @@ class StagedCudaRun final : public IoRun {
       items[n++] = op.item;
     }
     const uint64_t terms = mem_.terms_dev(w.layer);
+    // A load given up on (load_timeout_ms) queues no copy once its fence is closed; the copies
+    // queued before, the give-up waits for.
+    const Fence::Pass pass(sink_.fence());
+    if (!pass.open()) n = 0;
     auto* arg = new LandedWave{this, &w, n};
     hold_landing(w.layer);  // the callback may run before this reports the wave queued
     try {
@@ -191,6 +196,8 @@ class PerBlockCudaRun final : public IoRun {
   }
 
   int64_t read_over(LayerOp& op, int64_t res) override {
+    const Fence::Pass pass(sink_.fence());  // a load given up on: no copy once it is closed
+    if (!pass.open()) return -ETIMEDOUT;
     try {
       p_.device->copy_sync(block_address(op), op.stage.data, op.length);
     } catch (const Error&) {
@@ -247,6 +254,9 @@ class MappedCudaRun final : public RunBase {
       // The layer lands once its kernels' callback has run and this call is done with the run.
       landing_[layer].store(2);
       auto* arg = new LandedCall<MappedCudaRun>{this, layer};
+      const Fence::Pass pass(sink_.fence());  // a load given up on: no copy once it is closed
+      if (!pass.open())
+        for (size_t i = 0; i < n; ++i) status[i] = TUTTI_EIO;
       try {
         p_.device->scatter(kv_.copy_layout(), kv_.k(layer), kv_.v(layer), mem_.copies_dev(layer), n, mem_.ids(),
                            LandedCall<MappedCudaRun>::call, arg, mem_.status_dev(layer), mem_.terms_dev(layer), true);

@@ -510,11 +510,22 @@ void Batch::give_up(uint32_t layer) {
                           " ms): given up, its reads still in flight never reach the blocks";
   if (!owners_.empty()) note_error(owners_[0], layer, why);
   else if (!remote_owners_.empty()) note_error(remote_owners_[0], layer, why);
-  fence_.close();  // waits out the bytes moving into the blocks now; none move in after this
   for (uint32_t i = 0; i < chunks_.size(); ++i) fail(i, TUTTI_EIO);
   for (auto& c : remote_chunks_) {
     int expected = 0;
     c.error.compare_exchange_strong(expected, TUTTI_EIO);
+  }
+  fence_.close();  // waits out the bytes moving into the blocks now; none move in after this
+  if (epoch_) {
+    // In CUDA memory the copies queued before the fence closed may still run: wait for them.
+    // First, though, release the engine's stream waits on the batch (its chunks fail): a wait
+    // kernel spinning on one could hold the hardware queue those copies need.
+    for (uint32_t l = 0; l < layers_; ++l) rt_->device()->mark_ready(l, epoch_);
+    try {
+      rt_->device()->sync_scatters();
+    } catch (const Error& e) {
+      log(TUTTI_LOG_ERROR, std::string("a load that gave up could not wait for its copies: ") + e.what());
+    }
   }
   rt_->counters().load_timeouts++;
   log(TUTTI_LOG_WARN, "a load gave up at layer " + std::to_string(layer) + ": " + why);
@@ -536,8 +547,17 @@ void Batch::wait_layer_async(uint32_t layer, void* stream) {
   TUTTI_EXPECT(is_load() && rt_->device(), "stream-ordered waits are for loads into CUDA memory");
   TUTTI_EXPECT_CODE(state_ != State::kBuilding, TUTTI_ESTATE, "wait_layer_async before submit");
   auto t0 = std::chrono::steady_clock::now();
-  rt_->device()->enqueue_wait(stream, layer, epoch_);  // blocks until the layer is in place or queued
+  // Blocks until the layer is in place or queued (at most load_timeout_ms).
+  const bool in_time = rt_->device()->enqueue_wait(stream, layer, epoch_, timeout_);
   count_wait(layer, t0);
+  if (!in_time) give_up(layer);
+  {
+    std::lock_guard lock(mu_);
+    if (!given_up_) return;
+  }
+  tutti::fail(TUTTI_EIO, "the load gave up by layer " + std::to_string(layer) + ", not landed within load_timeout_ms (" +
+                             std::to_string(timeout_.count()) + " ms): every chunk of the batch failed (" +
+                             first_error() + ")");
 }
 
 void Batch::layer_ready(uint32_t layer, void* stream) {

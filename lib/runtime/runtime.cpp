@@ -102,10 +102,6 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   auto binding = std::make_unique<KvBinding>(layout, cfg_.chunk_tokens);
   const Shape& shape = binding->shape();
 
-  // A load given up on must keep its late bytes out of the blocks; the CUDA paths cannot yet
-  // (a copy kernel queued, a GPU-polled read) and the host paths stage every read for it.
-  TUTTI_EXPECT_CODE(!cfg_.load_timeout_ms || !binding->on_device(), TUTTI_EUNSUPPORTED,
-                    "option load_timeout_ms: not yet for a KV cache in CUDA memory (host memory only); set it to 0");
   Plan plan = make_plan(cfg_, opened_, *binding);
   std::unique_ptr<gpu::Device> device;
   if (binding->on_device()) {

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include <errno.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/checksum.hpp"
@@ -24,6 +26,10 @@
 #include "resolver/layout.hpp"
 #include "tutti.h"
 #include "tutti_fixture.h"
+
+#ifndef TUTTI_FAULTSHIM_PATH  // tests/integrity/faultshim.c, built beside these tests
+#define TUTTI_FAULTSHIM_PATH ""
+#endif
 
 namespace {
 
@@ -908,6 +914,165 @@ TEST(Gpu, PerBlockBaselineNeedsNhd) {
   EXPECT_EQ(open_runtime(dir.path + "/pool", "uring", hnd.layout, false, "per-block-baseline", &rc), nullptr);
   EXPECT_EQ(rc, TUTTI_EUNSUPPORTED);
   EXPECT_NE(std::string(tutti_last_error()).find("NHD"), std::string::npos) << tutti_last_error();
+}
+
+// ---- load_timeout_ms into HBM --------------------------------------------------------------
+// A load whose reads stall gives up at load_timeout_ms, its waits say so (TUTTI_EIO), and no
+// byte it read late reaches HBM, through the copy kernels (object: staged-cuda) or the per-block
+// copies. The reads are stalled by tests/integrity/faultshim.c, which must be preloaded: the
+// test runs itself again in a child process with the shim (LD_PRELOAD), and the child, seeing
+// TUTTI_TEST_STALL_DIR, does the stalled part. Without the shim the same loads land every byte.
+
+struct DeadlineCase {
+  const char* backend;
+  const char* io_mode;
+};
+
+class GpuLoadDeadline : public ::testing::TestWithParam<DeadlineCase> {};
+
+constexpr uint32_t kDeadlineLayers = 2, kDeadlineBlocks = 32, kDeadlineBt = 16, kDeadlineTokens = 128;
+
+tutti_runtime* open_with_deadline(const std::string& pool, const DeadlineCase& c, const tutti_kv_layout& l) {
+  tutti_options* o = nullptr;
+  tutti_options_create(&o);
+  const char* kv[][2] = {{"pool", pool.c_str()}, {"capacity", "64M"},    {"chunk_tokens", "64"},
+                         {"backend", c.backend}, {"io_mode", c.io_mode}, {"threads", "16"},
+                         {"load_timeout_ms", "200"}};
+  for (auto& [k, v] : kv) EXPECT_EQ(tutti_options_set(o, k, v), 0) << k << ": " << tutti_last_error();
+  tutti_runtime* rt = nullptr;
+  int rc = tutti_runtime_open(o, &rt);
+  tutti_options_destroy(o);
+  if (rc == 0) rc = tutti_runtime_register_kv(rt, &l);
+  if (rc != 0) {
+    ADD_FAILURE() << "open/register: " << tutti_strerror(rc) << ": " << tutti_last_error();
+    tutti_runtime_close(rt);
+    return nullptr;
+  }
+  return rt;
+}
+
+// The child's part, under stalled reads: three loads give up (waiting for layer 0 on the host,
+// for the batch, for layer 0 on a stream), and HBM keeps the poison the loads found there.
+void stalled_loads(const std::string& dir, const DeadlineCase& c) {
+  DeviceKv kv(kDeadlineLayers, kDeadlineBlocks, kDeadlineBt, 2, 64, 0);
+  tutti_runtime* rt = open_with_deadline(dir + "/pool", c, kv.layout);
+  ASSERT_NE(rt, nullptr);
+  std::vector<int32_t> table = shuffled_blocks(kDeadlineBlocks, 5), tokens(kDeadlineTokens);
+  for (uint32_t i = 0; i < kDeadlineTokens; ++i) tokens[i] = static_cast<int32_t>(i * 13 + 1);
+  kv.fill(tokens, table.data());
+  std::vector<tutti_request> r{whole_prompt(tokens, table.data(), kDeadlineBt)};
+  ASSERT_EQ(run(rt, TUTTI_OP_STORE, r, kDeadlineLayers), 0) << tutti_last_error();  // writes: not stalled
+
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  const std::vector<std::byte> poison(kv.ref.size(), std::byte{0x5A});
+  std::vector<std::byte> got(kv.ref.size());
+  for (const char* wait : {"wait_layer", "wait", "wait_layer_async"}) {
+    SCOPED_TRACE(wait);
+    ASSERT_EQ(cudaMemset(kv.mem, 0x5A, poison.size()), cudaSuccess);
+    tutti_batch* b = nullptr;
+    ASSERT_EQ(tutti_batch_create(rt, TUTTI_OP_LOAD, &b), 0);
+    ASSERT_EQ(tutti_batch_add(b, r.data(), 1), 0);
+    ASSERT_EQ(tutti_batch_submit(b), 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string w = wait;
+    const int waited = w == "wait" ? tutti_batch_wait(b)
+                       : w == "wait_layer" ? tutti_batch_wait_layer(b, 0)
+                                           : tutti_batch_wait_layer_async(b, 0, stream);
+    const std::string why = tutti_last_error();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(waited, TUTTI_EIO) << why;
+    EXPECT_NE(why.find("load_timeout_ms"), std::string::npos) << why;
+    EXPECT_LT(s, 1.2) << "the wait took " << s << " s; the reads stall 1.5 s";  // gave up, did not wait them out
+    // Every later wait fails at once, and the stream is not held by the load.
+    EXPECT_EQ(tutti_batch_wait_layer_async(b, kDeadlineLayers - 1, stream), TUTTI_EIO);
+    EXPECT_EQ(tutti_batch_wait_layer(b, kDeadlineLayers - 1), TUTTI_EIO);
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    tutti_result res{};
+    EXPECT_EQ(tutti_batch_result(b, 0, &res), 0);
+    EXPECT_EQ(res.status, TUTTI_EIO);
+    EXPECT_EQ(res.tokens, 0u);
+    tutti_batch_destroy(b);  // waits out the reads: they came back, and were kept out
+    tutti::gpu::copy_to_host(got.data(), kv.mem, got.size());
+    size_t changed = 0;
+    for (size_t i = 0; i < got.size(); ++i) changed += got[i] != poison[i];
+    EXPECT_EQ(changed, 0u) << "bytes of HBM changed after the load gave up";
+  }
+  tutti_stats st{};
+  st.struct_size = sizeof st;
+  ASSERT_EQ(tutti_runtime_stats(rt, &st), 0);
+  EXPECT_EQ(st.load_timeouts, 3u);
+  cudaStreamDestroy(stream);
+  tutti_runtime_close(rt);
+}
+
+TEST_P(GpuLoadDeadline, StalledReadsGiveUpAndNoLateByteLands) {
+  if (const char* dir = std::getenv("TUTTI_TEST_STALL_DIR")) return stalled_loads(dir, GetParam());
+  if (std::string(TUTTI_FAULTSHIM_PATH).empty() || access(TUTTI_FAULTSHIM_PATH, R_OK) != 0)
+    GTEST_SKIP() << "the fault shim is not built";
+  Dir dir;
+  const std::string filter = std::string("--gtest_filter=") +
+                             ::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name() + "." +
+                             ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setenv("LD_PRELOAD", TUTTI_FAULTSHIM_PATH, 1);
+    setenv("TUTTI_FAULT_PREFIX", dir.path.c_str(), 1);
+    setenv("TUTTI_FAULT_PLAN", "pread:data:stall:1:0;preadv:data:stall:1:0", 1);
+    setenv("TUTTI_FAULT_STALL_MS", "1500", 1);
+    setenv("TUTTI_TEST_STALL_DIR", dir.path.c_str(), 1);
+    execl("/proc/self/exe", "tutti_gpu_tests", filter.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child under stalled reads failed (its output above)";
+}
+
+// Without stalls, loads under load_timeout_ms land every byte.
+TEST_P(GpuLoadDeadline, LoadsInTimeLandEveryByte) {
+  if (std::getenv("TUTTI_TEST_STALL_DIR")) GTEST_SKIP() << "the stalled child";
+  Dir dir;
+  DeviceKv kv(kDeadlineLayers, kDeadlineBlocks, kDeadlineBt, 2, 64, 0);
+  tutti_runtime* rt = open_with_deadline(dir.path + "/pool", GetParam(), kv.layout);
+  ASSERT_NE(rt, nullptr);
+  std::vector<int32_t> table = shuffled_blocks(kDeadlineBlocks, 6), tokens(kDeadlineTokens);
+  for (uint32_t i = 0; i < kDeadlineTokens; ++i) tokens[i] = static_cast<int32_t>(i * 17 + 3);
+  kv.fill(tokens, table.data());
+  std::vector<tutti_request> r{whole_prompt(tokens, table.data(), kDeadlineBt)};
+  ASSERT_EQ(run(rt, TUTTI_OP_STORE, r, kDeadlineLayers), 0) << tutti_last_error();
+  kv.zero();
+  ASSERT_EQ(run(rt, TUTTI_OP_LOAD, r, kDeadlineLayers), 0) << tutti_last_error();
+  EXPECT_EQ(kv.check(tokens, table.data(), 0, kDeadlineTokens), "");
+  tutti_runtime_close(rt);
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, GpuLoadDeadline,
+                         ::testing::Values(DeadlineCase{"posix", "object"}, DeadlineCase{"posix", "per-block-baseline"}),
+                         [](const auto& info) {
+                           return std::string(info.param.backend) +
+                                  (std::string(info.param.io_mode) == "object" ? "_staged" : "_per_block");
+                         });
+
+// gpu-uring's kernel scatters what it polls: no deadline there yet, and the refusal says so.
+TEST(Gpu, GpuUringRefusesLoadTimeout) {
+  Dir dir;
+  DeviceKv kv(2, 8, 16, 2, 64, 0);
+  tutti_options* o = nullptr;
+  tutti_options_create(&o);
+  tutti_options_set(o, "pool", (dir.path + "/pool").c_str());
+  tutti_options_set(o, "capacity", "16M");
+  tutti_options_set(o, "backend", "gpu-uring");
+  tutti_options_set(o, "load_timeout_ms", "100");
+  tutti_runtime* rt = nullptr;
+  ASSERT_EQ(tutti_runtime_open(o, &rt), 0) << tutti_last_error();
+  tutti_options_destroy(o);
+  EXPECT_EQ(tutti_runtime_register_kv(rt, &kv.layout), TUTTI_EUNSUPPORTED);
+  EXPECT_NE(std::string(tutti_last_error()).find("load_timeout_ms"), std::string::npos) << tutti_last_error();
+  tutti_runtime_close(rt);
 }
 
 }  // namespace
