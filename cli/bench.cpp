@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -168,6 +169,7 @@ int cmd_bench(int argc, char** argv) {
   // the two sweeps; raw write, store; raw read, load, verify each
   print.plan(2 + runs.size() * (2 + 3 * size_t{a.repeat}));
   RawFigures raw;
+  std::optional<H2dFigures> h2d;
   for (size_t i = 0; i < runs.size(); ++i) {
     print.begin_run("[" + std::to_string(i + 1) + "/" + std::to_string(runs.size()) + "] " + runs[i].first + " " +
                     runs[i].second);
@@ -198,6 +200,23 @@ int cmd_bench(int argc, char** argv) {
     print.row(raw_row("raw-write", raw.write, *raw.write_at));
     print.row(r.store);
     print.row(raw_row("raw-read", raw.read, *raw.read_at));
+    if (a.cuda) {
+      if (!h2d) h2d = h2d_bandwidth(uint64_t{a.chunk_tokens} * a.model->heads * a.model->head_dim * a.model->elem_bytes * 2);
+      for (auto [name, gbps, at] : {std::tuple{"raw-h2d", h2d->gbps, &h2d->at},
+                                    std::tuple{"raw-h2d-extents", h2d->extents_gbps, &h2d->extents_at}}) {
+        Row row;
+        row.run = i + 1;
+        row.bench = name;
+        row.backend = "raw";
+        row.io_mode = *at;
+        row.bytes = h2d->bytes;
+        row.gbps = gbps;
+        row.seconds = gbps > 0 ? static_cast<double>(h2d->bytes) / gbps / 1e9 : 0;
+        row.ratio = h2d->gbps > 0 ? gbps / h2d->gbps : 0;
+        row.verified = true;
+        print.row(row);
+      }
+    }
     print.row(r.load);
     all_ok = all_ok && r.load.verified;
     if (!a.keep || i + 1 < runs.size()) ::unlink(r.path.c_str());

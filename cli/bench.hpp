@@ -126,6 +126,16 @@ struct RawFigures {
   std::optional<RawSetting> read_at, write_at;  // swept once, kept for later runs
 };
 
+// Into CUDA memory: pinned host memory into HBM by cudaMemcpyAsync, the ceiling of every load
+// from host memory (the link, or the copy engines). The best of pieces x streams, and the best
+// with pieces of one chunk-layer, the size tutti's DMAs into device staging have.
+struct H2dFigures {
+  double gbps = 0, extents_gbps = 0;
+  std::string at, extents_at;  // "copy-16MiB-2x"
+  uint64_t bytes = 0;
+};
+H2dFigures h2d_bandwidth(uint64_t extent);
+
 struct RunResult {
   Row store, load;
   uint64_t data_offset = 0, data_bytes = 0;

@@ -15,6 +15,7 @@
 
 #include "bench.hpp"
 #include "clock.hpp"
+#include "kernels/device.hpp"
 #include "resolver/uri.hpp"
 
 namespace tutti::cli {
@@ -31,8 +32,14 @@ const char* RawSetting::method_name() const {
   return method == kUring ? "uring" : method == kSync ? (write ? "pwrite" : "pread") : "memcpy";
 }
 
+namespace {
+std::string size_label(uint64_t io) {
+  return io >= (1u << 20) ? std::to_string(io >> 20) + "MiB" : std::to_string(io >> 10) + "KiB";
+}
+}  // namespace
+
 std::string RawSetting::label() const {
-  const std::string size = io >= (1u << 20) ? std::to_string(io >> 20) + "MiB" : std::to_string(io >> 10) + "KiB";
+  const std::string size = size_label(io);
   return std::string(method_name()) + "-" + size + "-" + std::to_string(threads) +
          (method == kUring ? "x" + std::to_string(depth) : "");
 }
@@ -191,6 +198,21 @@ RawSetting best_raw_setting(const std::string& path, uint64_t offset, uint64_t b
       }
     }
   return best;
+}
+
+H2dFigures h2d_bandwidth(uint64_t extent) {
+  H2dFigures f;
+  f.bytes = 512ull << 20;
+  extent = std::max<uint64_t>(extent, 4096);
+  for (uint64_t piece : {extent, uint64_t{16} << 20, f.bytes})
+    for (unsigned streams : {1u, 2u, 4u}) {
+      if (piece == f.bytes && streams > 1) continue;  // one copy: one stream
+      const double gbps = gpu::h2d_gbps(0, f.bytes, piece, streams);
+      const std::string at = "copy-" + size_label(piece) + "-" + std::to_string(streams) + "x";
+      if (gbps > f.gbps) f.gbps = gbps, f.at = at;
+      if (piece == extent && gbps > f.extents_gbps) f.extents_gbps = gbps, f.extents_at = at;
+    }
+  return f;
 }
 
 }  // namespace tutti::cli

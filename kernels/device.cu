@@ -3,6 +3,8 @@
 // staging and the engine's paged blocks, one launch per layer for a whole batch.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -644,6 +646,44 @@ void copy_to_host(void* dst, const void* src, size_t bytes) {
 void fill_zero(void* dst, size_t bytes) {
   check(cudaMemset(dst, 0, bytes), "cudaMemset");
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // done before tutti's streams touch it
+}
+
+double h2d_gbps(int ordinal, uint64_t bytes, uint64_t piece, unsigned streams) {
+  Guard g(ordinal);
+  void* host = nullptr;
+  void* dev = nullptr;
+  std::vector<cudaStream_t> ss;
+  auto release = [&] {
+    for (cudaStream_t s : ss) cudaStreamDestroy(s);
+    cudaFree(dev);
+    cudaFreeHost(host);
+  };
+  double best = 0;
+  try {
+    check(cudaHostAlloc(&host, bytes, cudaHostAllocPortable), "cudaHostAlloc");
+    std::memset(host, 0x5A, bytes);
+    check(cudaMalloc(&dev, bytes), "cudaMalloc");
+    for (unsigned i = 0; i < streams; ++i) {
+      cudaStream_t s;
+      check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+      ss.push_back(s);
+    }
+    for (int run = 0; run < 4; ++run) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (uint64_t o = 0, i = 0; o < bytes; o += piece, ++i)
+        check(cudaMemcpyAsync(static_cast<char*>(dev) + o, static_cast<const char*>(host) + o,
+                              std::min(piece, bytes - o), cudaMemcpyHostToDevice, ss[i % ss.size()]),
+              "cudaMemcpyAsync");
+      for (cudaStream_t s : ss) check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (run) best = std::max(best, static_cast<double>(bytes) / secs / 1e9);
+    }
+  } catch (...) {
+    release();
+    throw;
+  }
+  release();
+  return best;
 }
 
 }  // namespace tutti::gpu

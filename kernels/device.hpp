@@ -183,5 +183,9 @@ void free(void* p);
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
 void fill_zero(void* dst, size_t bytes);
+// The bench's raw figure for host memory into HBM: `bytes` of pinned host memory copied into
+// device memory in pieces of `piece` bytes, handed round-robin to `streams` streams; GB/s, the
+// best of three runs after one to warm up.
+double h2d_gbps(int ordinal, uint64_t bytes, uint64_t piece, unsigned streams);
 
 }  // namespace tutti::gpu
