@@ -127,7 +127,7 @@ int cmd_info(int argc, char** argv) {
   for (const BackendState& b : bs)
     std::printf("  %-10s %s\n", b.name,
                 (!b.why.empty() ? "unusable: " + b.why : b.on_pool ? "works " + b.works : "works (" + b.works + ")").c_str());
-  std::printf("auto picks: %s (for a pool on tmpfs: posix; on NVMe with a KV cache in host memory: nvme, else passthru)\n",
+  std::printf("auto picks: %s (for a pool on tmpfs: dram; on NVMe with a KV cache in host memory: nvme, else passthru)\n",
               picks);
   std::printf("options (the value here, and where it comes from: its default or TUTTI_<KEY>):\n");
   for (const OptionState& o : os) {

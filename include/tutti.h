@@ -140,9 +140,10 @@ TUTTI_API const char* tutti_last_error(void);
  *                    Since 0.6.0. (io_mode=per-block-baseline: whole chunks only, and loads
  *                    of whole chunks: TUTTI_EUNSUPPORTED for other ranges.)
  *   backend          auto | uring | posix | gpu-uring | cufile | dram | passthru | nvme.
- *                    Default auto: uring where io_uring works, except for pools on tmpfs,
- *                    where posix is faster, and for pools on an NVMe namespace with a KV cache
- *                    in host memory: nvme where it works, else passthru.
+ *                    Default auto: uring where io_uring works, except for pools on tmpfs:
+ *                    dram, faster there (posix with io_mode=per-block-baseline or a
+ *                    dram_tier; before 0.7 always posix), and for pools on an NVMe namespace
+ *                    with a KV cache in host memory: nvme where it works, else passthru.
  *                    gpu-uring: loads into CUDA memory whose io_uring submissions the GPU
  *                    writes and whose completions it polls. cufile: loads into CUDA memory
  *                    through NVIDIA cuFile. (Both: stores through uring.)

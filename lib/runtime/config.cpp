@@ -19,7 +19,7 @@ const std::vector<OptionInfo>& option_table() {
       {"capacity", "8G", "total size of newly created pool files without ?size="},
       {"chunk_tokens", "256", "tokens per stored chunk (any block size)"},
       {"partial_tokens", "16", "a store whose range ends inside a chunk also stores that chunk's tokens, in multiples of this, as a partial chunk (0: whole chunks only)"},
-      {"backend", "auto", "auto | uring | posix | gpu-uring | cufile | dram | passthru | nvme (auto: nvme, else passthru, for a pool on NVMe in host memory; else uring, or posix on tmpfs)"},
+      {"backend", "auto", "auto | uring | posix | gpu-uring | cufile | dram | passthru | nvme (auto: nvme, else passthru, for a pool on NVMe in host memory; else uring, or dram for a pool on tmpfs)"},
       {"namespace", "", "salt mixed into every chunk key"},
       {"io_mode", "object", "object | per-block-baseline (one I/O per block and K/V; for comparison only)"},
       {"direct_to_blocks", "auto", "auto | on | off: vectored I/O straight between pool and KV blocks"},

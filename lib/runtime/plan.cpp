@@ -61,10 +61,13 @@ void settle_plan(Plan& plan, const Config& cfg, const KvBinding& kv, const Pool&
   const bool per_block = cfg.io_mode == IoMode::kPerBlockBaseline;
   // auto: for a pool on NVMe and a KV cache in host memory, the controller's own commands,
   // through tutti_kmod's queues when it has a controller sharing the pool's namespace, else
-  // through io_uring passthrough on the stock driver. io_uring copies reads from tmpfs pools
-  // inline in its ring threads: measured loading Llama-3-8B KV from /dev/shm, on 2 cores
-  // (16K tokens) posix 8.9 and 13.4 GB/s, uring 7.3 and 6.2 with twice the CPU; on the H200
-  // machine (32K tokens, into HBM) posix 36.7, uring 26.5. So auto takes posix for such pools.
+  // through io_uring passthrough on the stock driver. A pool wholly on tmpfs is best moved
+  // through its mapping (dram): write() to one tmpfs file serializes on its inode, and io_uring
+  // copies reads inline in its ring threads. Measured with Llama-3-8B KV from /dev/shm: into
+  // HBM (H100 machine, 32K tokens) loads dram 37.5, posix 35.7, uring 15.3 GB/s, stores 7.2,
+  // 4.3, 4.3; into host memory (2 cores, 8K tokens) loads 12.5, 11.6, 6.3, stores 11.3, 8.7,
+  // 4.8. The per-block baseline and a DRAM tier need a CPU backend: posix then, as for files
+  // that refuse O_DIRECT.
   if (cfg.backend == BackendKind::kAuto) {
     const std::string nvme_why = cuda || per_block ? "no" : nvme_unavailable_reason(bc);
     const std::string passthru_why = cuda || per_block || nvme_why.empty() ? "no" : passthru_unavailable_reason(bc.fds);
@@ -73,11 +76,18 @@ void settle_plan(Plan& plan, const Config& cfg, const KvBinding& kv, const Pool&
     } else if (passthru_why.empty()) {
       plan.backend = BackendKind::kPassthru, plan.why = "auto: the pool is on an NVMe namespace (nvme: " + nvme_why + ")";
     } else {
-      for (size_t i = 0; i < pool.files(); ++i)
-        if (!pool.file(i).direct || pool.file(i).in_memory) {
-          plan.backend = BackendKind::kPosix;
-          plan.why = "auto: " + pool.file(i).path + " is on tmpfs or refuses O_DIRECT, where posix is faster";
-        }
+      bool in_memory = pool.files() > 0;
+      for (size_t i = 0; i < pool.files(); ++i) in_memory = in_memory && pool.file(i).in_memory;
+      if (in_memory && !per_block && !cfg.dram_tier) {
+        plan.backend = BackendKind::kDram;
+        plan.why = "auto: the pool is on tmpfs, where its mapping moves bytes faster than read() and write()";
+      } else {
+        for (size_t i = 0; i < pool.files(); ++i)
+          if (!pool.file(i).direct || pool.file(i).in_memory) {
+            plan.backend = BackendKind::kPosix;
+            plan.why = "auto: " + pool.file(i).path + " is on tmpfs or refuses O_DIRECT, where posix is faster";
+          }
+      }
       if (plan.why.empty()) plan.why = std::string("auto: ") + backend_name(plan.backend);
     }
   }

@@ -101,19 +101,36 @@ class PlanPool : public ::testing::Test {
   std::string dir_;
 };
 
-TEST_F(PlanPool, AutoOnTmpfsIsPosixWithTheReason) {
+// A pool on tmpfs moves fastest through its mapping: auto takes dram, with the reason; the
+// per-block baseline and a DRAM tier need a CPU backend, and get posix.
+TEST_F(PlanPool, AutoOnTmpfsIsDramWithTheReason) {
   HostKv kv;
   const KvBinding b = kv.binding();
   Config c;
   Plan plan = make_plan(c, BackendKind::kUring, b);
   auto pool = open(b);
   settle_plan(plan, c, b, *pool, fds(*pool));
-  EXPECT_EQ(plan.backend, BackendKind::kPosix);
+  EXPECT_EQ(plan.backend, BackendKind::kDram);
   EXPECT_NE(plan.why.find("tmpfs"), std::string::npos) << plan.why;
   EXPECT_EQ(plan.load, PathKind::kHost);
   EXPECT_EQ(plan.store, PathKind::kHost);
   EXPECT_TRUE(plan.direct);
   EXPECT_FALSE(plan.uring_stores);
+}
+
+TEST_F(PlanPool, AutoOnTmpfsIsPosixForTheBaselineAndUnderATier) {
+  HostKv kv;
+  const KvBinding b = kv.binding();
+  auto pool = open(b);
+  for (int tier = 0; tier < 2; ++tier) {
+    Config c;
+    if (tier) c.dram_tier = 64ull << 20;
+    else c.io_mode = IoMode::kPerBlockBaseline;
+    Plan plan = make_plan(c, BackendKind::kUring, b);
+    settle_plan(plan, c, b, *pool, fds(*pool));
+    EXPECT_EQ(plan.backend, BackendKind::kPosix) << (tier ? "dram_tier" : "per-block-baseline");
+    EXPECT_NE(plan.why.find("tmpfs"), std::string::npos) << plan.why;
+  }
 }
 
 TEST_F(PlanPool, NamedBackendsKeepTheirNameAndPaths) {
