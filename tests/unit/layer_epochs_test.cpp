@@ -55,3 +55,18 @@ TEST(LayerEpochs, NeverPublishesAnEpochWithAnOlderOneMissing) {
   EXPECT_EQ(early.load(), 0);
   for (uint32_t l = 0; l < kLayers; ++l) EXPECT_EQ(e.landed(l, kEpochs), kEpochs);
 }
+
+// A load that gives up (load_timeout_ms) marks every layer of its epoch at once, and its copies
+// that were already queued mark theirs again when they land, before or after an older batch's:
+// a second mark of a pending epoch, or of a published one, changes nothing.
+TEST(LayerEpochs, AGiveUpMarksAgainWhatItsLateCopiesMark) {
+  LayerEpochs e(2);
+  EXPECT_EQ(e.landed(0, 1), 1u);
+  EXPECT_EQ(e.landed(0, 3), 1u);  // batch 3's layer 0 landed; batch 2 still loading
+  EXPECT_EQ(e.landed(0, 2), 3u);  // batch 2 gave up: marked, so 2 and 3 are out
+  EXPECT_EQ(e.landed(1, 2), 0u);  // ... and its layer 1 while batch 1's is still on the way
+  EXPECT_EQ(e.landed(1, 2), 0u);  // a late copy of batch 2 marks it again: still pending once
+  EXPECT_EQ(e.landed(1, 1), 2u);
+  EXPECT_EQ(e.landed(0, 2), 3u);  // a late copy after publication: nothing moves back
+  EXPECT_EQ(e.landed(1, 3), 3u);
+}
