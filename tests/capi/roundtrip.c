@@ -275,6 +275,41 @@ static void test_dram_needs_tmpfs(void** state) {
   th_kv_destroy(kv);
 }
 
+/* backend auto on a pool under /dev/shm is dram (its mapping is faster there than read() and
+ * write()), and its loads land every byte. */
+static void test_auto_on_tmpfs_is_dram(void** state) {
+  (void)state;
+  char shm[64] = "/dev/shm/tutti-test-XXXXXX";
+  if (!mkdtemp(shm)) {
+    print_message("no /dev/shm here: %s\n", strerror(errno));
+    skip();
+  }
+  uint64_t rng = th_base_seed() ^ 0xA070u;
+  th_kv_spec spec = th_spec_default();
+  th_kv* kv = NULL;
+  TH_OK(th_kv_create(&kv, &spec));
+  th_blocks alloc;
+  th_blocks_init(&alloc, spec.num_blocks, &rng);
+  th_prompt p;
+  th_prompt_random(&p, &rng, 4 * 32);
+  const size_t nb = th_nblocks(p.n, spec.block_tokens);
+  int32_t st[16], ld[16];
+  th_blocks_take(&alloc, st, nb);
+  th_blocks_take(&alloc, ld, nb);
+  const char* extra[] = {"backend", "auto", NULL}; /* whatever TUTTI_BACKEND says */
+  tutti_runtime* rt = NULL;
+  TH_OK(th_open(&rt, shm, "64M", 32, extra, kv));
+  assert_string_equal(tutti_runtime_backend(rt), "dram");
+  th_store_prompt(rt, kv, &p, st, nb);
+  th_load_and_check(rt, kv, &p, ld, nb, p.n);
+  TH_VERIFY_ALL(kv);
+  tutti_runtime_close(rt);
+  th_rmtree(shm);
+  th_prompt_free(&p);
+  th_blocks_free(&alloc);
+  th_kv_destroy(kv);
+}
+
 /* wait_layer in any order (last layer first, then backwards, some twice) with lookahead 1
  * neither deadlocks nor returns before the layer is in place. */
 static void test_wait_layer_any_order(void** state) {
@@ -352,7 +387,7 @@ static void test_layout_init(void** state) {
 }
 
 int main(void) {
-  struct CMUnitTest tests[N_CASES + 3];
+  struct CMUnitTest tests[N_CASES + 4];
   if (th_require_pool() == TH_SKIP) return TH_SKIP;
   make_cases();
   tests[0] = (struct CMUnitTest)cmocka_unit_test(test_layout_init);
@@ -365,5 +400,6 @@ int main(void) {
   }
   tests[N_CASES + 2] = (struct CMUnitTest)cmocka_unit_test_setup_teardown(
       test_dram_needs_tmpfs, th_setup_dir, th_teardown_dir);
-  return _cmocka_run_group_tests("roundtrip", tests, N_CASES + 3, NULL, NULL);
+  tests[N_CASES + 3] = (struct CMUnitTest)cmocka_unit_test(test_auto_on_tmpfs_is_dram);
+  return _cmocka_run_group_tests("roundtrip", tests, N_CASES + 4, NULL, NULL);
 }
