@@ -480,8 +480,11 @@ void Batch::wait_layer(uint32_t layer) {
   }
   const bool in_time = landed_in_time(layer);
   count_wait(layer, t0);
-  if (in_time) return;
-  tutti::fail(TUTTI_EIO, "the load gave up at layer " + std::to_string(layer) + ", not landed within load_timeout_ms (" +
+  if (!in_time) fail_given_up(layer);
+}
+
+void Batch::fail_given_up(uint32_t layer) const {
+  tutti::fail(TUTTI_EIO, "the load gave up by layer " + std::to_string(layer) + ", not landed within load_timeout_ms (" +
                              std::to_string(timeout_.count()) + " ms): every chunk of the batch failed (" +
                              first_error() + ")");
 }
@@ -551,13 +554,10 @@ void Batch::wait_layer_async(uint32_t layer, void* stream) {
   const bool in_time = rt_->device()->enqueue_wait(stream, layer, epoch_, timeout_);
   count_wait(layer, t0);
   if (!in_time) give_up(layer);
-  {
-    std::lock_guard lock(mu_);
-    if (!given_up_) return;
-  }
-  tutti::fail(TUTTI_EIO, "the load gave up by layer " + std::to_string(layer) + ", not landed within load_timeout_ms (" +
-                             std::to_string(timeout_.count()) + " ms): every chunk of the batch failed (" +
-                             first_error() + ")");
+  std::unique_lock lock(mu_);
+  if (!given_up_) return;
+  lock.unlock();
+  fail_given_up(layer);
 }
 
 void Batch::layer_ready(uint32_t layer, void* stream) {

@@ -101,6 +101,7 @@ class Batch final : public Scheduled, private PathSink, private remote::LoadSink
   // Waits for `layer` to land, at most load_timeout_ms; false when the load gives up (then or
   // before).
   bool landed_in_time(uint32_t layer);
+  [[noreturn]] void fail_given_up(uint32_t layer) const;  // TUTTI_EIO: the load gave up by `layer`
   void fail(uint32_t i, int code);  // the first error of a chunk stays
   void fail_all(int code);
   void finish();                    // everything moved; results final
