@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <errno.h>
@@ -115,21 +116,17 @@ struct DeviceKv {
   std::vector<std::byte> ref;
 };
 
-tutti_runtime* open_runtime(const std::string& pool, const char* backend, const tutti_kv_layout& l, bool verify = true,
-                            const char* io_mode = "object", int* rc_out = nullptr,
-                            const char* device_staging = nullptr, const char* staging = nullptr) {
+// Opens a runtime with the options `opts` (name, value) and registers `l`. On failure: null,
+// with the code in *rc_out, or a test failure where rc_out is null.
+tutti_runtime* open_with(const std::vector<std::pair<std::string, std::string>>& opts, const tutti_kv_layout& l,
+                         int* rc_out = nullptr) {
   tutti_options* o = nullptr;
   tutti_options_create(&o);
-  tutti_options_set(o, "pool", pool.c_str());
-  tutti_options_set(o, "capacity", "256M");
-  tutti_options_set(o, "chunk_tokens", "64");
-  tutti_options_set(o, "backend", backend);
-  tutti_options_set(o, "io_mode", io_mode);
-  tutti_options_set(o, "verify", verify ? "on" : "unsafe-off");
-  if (device_staging) tutti_options_set(o, "device_staging", device_staging);
-  if (staging) tutti_options_set(o, "staging", staging);
+  int rc = 0;
+  for (const auto& [k, v] : opts)
+    if (rc == 0) rc = tutti_options_set(o, k.c_str(), v.c_str());
   tutti_runtime* rt = nullptr;
-  int rc = tutti_runtime_open(o, &rt);
+  if (rc == 0) rc = tutti_runtime_open(o, &rt);
   tutti_options_destroy(o);
   if (rc == 0) rc = tutti_runtime_register_kv(rt, &l);
   if (rc_out) *rc_out = rc;
@@ -139,6 +136,17 @@ tutti_runtime* open_runtime(const std::string& pool, const char* backend, const 
     return nullptr;
   }
   return rt;
+}
+
+tutti_runtime* open_runtime(const std::string& pool, const char* backend, const tutti_kv_layout& l, bool verify = true,
+                            const char* io_mode = "object", int* rc_out = nullptr,
+                            const char* device_staging = nullptr, const char* staging = nullptr) {
+  std::vector<std::pair<std::string, std::string>> opts = {
+      {"pool", pool},        {"capacity", "256M"}, {"chunk_tokens", "64"},
+      {"backend", backend}, {"io_mode", io_mode}, {"verify", verify ? "on" : "unsafe-off"}};
+  if (device_staging) opts.emplace_back("device_staging", device_staging);
+  if (staging) opts.emplace_back("staging", staging);
+  return open_with(opts, l, rc_out);
 }
 
 // Block ids 0 .. blocks-1 in an order of their own (the seed's).
@@ -933,22 +941,14 @@ class GpuLoadDeadline : public ::testing::TestWithParam<DeadlineCase> {};
 constexpr uint32_t kDeadlineLayers = 2, kDeadlineBlocks = 32, kDeadlineBt = 16, kDeadlineTokens = 128;
 
 tutti_runtime* open_with_deadline(const std::string& pool, const DeadlineCase& c, const tutti_kv_layout& l) {
-  tutti_options* o = nullptr;
-  tutti_options_create(&o);
-  const char* kv[][2] = {{"pool", pool.c_str()}, {"capacity", "64M"},    {"chunk_tokens", "64"},
-                         {"backend", c.backend}, {"io_mode", c.io_mode}, {"threads", "16"},
-                         {"load_timeout_ms", "200"}};
-  for (auto& [k, v] : kv) EXPECT_EQ(tutti_options_set(o, k, v), 0) << k << ": " << tutti_last_error();
-  tutti_runtime* rt = nullptr;
-  int rc = tutti_runtime_open(o, &rt);
-  tutti_options_destroy(o);
-  if (rc == 0) rc = tutti_runtime_register_kv(rt, &l);
-  if (rc != 0) {
-    ADD_FAILURE() << "open/register: " << tutti_strerror(rc) << ": " << tutti_last_error();
-    tutti_runtime_close(rt);
-    return nullptr;
-  }
-  return rt;
+  return open_with({{"pool", pool},
+                    {"capacity", "64M"},
+                    {"chunk_tokens", "64"},
+                    {"backend", c.backend},
+                    {"io_mode", c.io_mode},
+                    {"threads", "16"},
+                    {"load_timeout_ms", "200"}},
+                   l);
 }
 
 // The child's part, under stalled reads: three loads give up (waiting for layer 0 on the host,
