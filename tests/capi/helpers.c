@@ -51,6 +51,14 @@ int th_mkdtemp(char* out, size_t cap) { return tf_tmpdir(out, cap, "capi"); }
 
 void th_rmtree(const char* path) { tf_rmtree(path); }
 
+void th_shm_dir(char* out, size_t cap) {
+  snprintf(out, cap, "/dev/shm/tutti-test-XXXXXX");
+  if (!mkdtemp(out)) {
+    print_message("no /dev/shm here: %s\n", strerror(errno));
+    skip();
+  }
+}
+
 int th_setup_dir(void** state) {
   th_env* env = calloc(1, sizeof *env);
   if (!env) return -1;

@@ -63,6 +63,9 @@ typedef struct th_env {
 int th_setup_dir(void** state);
 int th_teardown_dir(void** state);
 int th_mkdtemp(char* out, size_t cap);
+/* A fresh directory under /dev/shm (tmpfs, where the dram backend keeps its pools) in `out`
+ * (64 bytes hold it); skips the test where there is none. Remove it with th_rmtree. */
+void th_shm_dir(char* out, size_t cap);
 void th_rmtree(const char* path);
 
 /* ---- Prompts ------------------------------------------------------------------------- */

@@ -108,13 +108,7 @@ static void test_roundtrip(void** state) {
                          NULL};
   tutti_runtime* rt = NULL;
   char shm[64] = "";
-  if (strcmp(c->backend, "dram") == 0) {
-    strcpy(shm, "/dev/shm/tutti-test-XXXXXX");
-    if (!mkdtemp(shm)) {
-      print_message("no /dev/shm here: %s\n", strerror(errno));
-      skip();
-    }
-  }
+  if (strcmp(c->backend, "dram") == 0) th_shm_dir(shm, sizeof shm);
   int rc = th_open(&rt, shm[0] ? shm : env->dir, "64M", ct, extra, kv);
   if (rc == TUTTI_EUNSUPPORTED && strcmp(c->backend, "uring") == 0) {
     print_message("io_uring unavailable: %s\n", tutti_last_error());
@@ -279,11 +273,8 @@ static void test_dram_needs_tmpfs(void** state) {
  * write()), and its loads land every byte. */
 static void test_auto_on_tmpfs_is_dram(void** state) {
   (void)state;
-  char shm[64] = "/dev/shm/tutti-test-XXXXXX";
-  if (!mkdtemp(shm)) {
-    print_message("no /dev/shm here: %s\n", strerror(errno));
-    skip();
-  }
+  char shm[64];
+  th_shm_dir(shm, sizeof shm);
   uint64_t rng = th_base_seed() ^ 0xA070u;
   th_kv_spec spec = th_spec_default();
   th_kv* kv = NULL;
