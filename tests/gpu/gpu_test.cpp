@@ -1004,6 +1004,7 @@ void stalled_loads(const std::string& dir, const DeadlineCase& c) {
   EXPECT_EQ(st.load_timeouts, 3u);
   cudaStreamDestroy(stream);
   tutti_runtime_close(rt);
+  if (FILE* f = std::fopen((dir + "/child-ran").c_str(), "w")) std::fclose(f);  // the parent checks it ran
 }
 
 TEST_P(GpuLoadDeadline, StalledReadsGiveUpAndNoLateByteLands) {
@@ -1030,6 +1031,7 @@ TEST_P(GpuLoadDeadline, StalledReadsGiveUpAndNoLateByteLands) {
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child under stalled reads failed (its output above)";
+  EXPECT_EQ(access((dir.path + "/child-ran").c_str(), F_OK), 0) << "the child ran no stalled loads (" << filter << ")";
 }
 
 // Without stalls, loads under load_timeout_ms land every byte.
