@@ -8,6 +8,8 @@ into it and checked against it, a runtime on a pool in the test's temporary dire
     byte[i] = mix(row ^ (i // 8)) >> (8 * (i % 8))    (i: byte offset within the row)
 """
 
+import struct
+
 import numpy as np
 
 import tutti
@@ -121,3 +123,23 @@ def store(rt, tokens, table):
         b.add(tokens, table)
         b.submit()
         b.wait()
+
+
+def pool_slots(path):
+    """(byte offset of the data area, bytes per slot) of a pool file, from its superblock."""
+    with open(path, "rb") as f:
+        sb = f.read(4096)
+    slot_bytes, slots = struct.unpack_from("<QQ", sb, 80)
+    data = (4096 + 4096 * slots + (1 << 20) - 1) // (1 << 20) * (1 << 20)
+    return data, slot_bytes
+
+
+def damage(path, slots, at):
+    """Flips one byte in each of these slots: at byte `at`, or inside layer 1's K."""
+    data, slot_bytes = pool_slots(path)
+    with open(path, "r+b") as f:
+        for s in slots:
+            f.seek(data + s * slot_bytes + (slot_bytes // 3 + 5 if at == "layer 1" else at))
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 0x40]))

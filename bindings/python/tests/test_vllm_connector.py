@@ -5,7 +5,6 @@ layer by layer into other blocks, through partial hits, vLLM's own prefix cache,
 prefill, preemption, aborts, async loads and damaged pools, and every KV position its
 attention reads is checked."""
 import random
-import struct
 import time
 from types import SimpleNamespace
 
@@ -18,6 +17,7 @@ from tutti.vllm import TuttiConnector  # noqa: E402
 from tutti.vllm.connector import _ints as conn_ints  # noqa: E402
 from tutti.vllm.connector import _Load, _settings  # noqa: E402
 from tutti.vllm.layout import kv_views, layer_index, split_kv  # noqa: E402
+from fixture import damage  # noqa: E402
 from vllm_replay import (LAYOUTS, Engine, KVCacheBlocks, Request, WrongKV, allocate, chain,  # noqa: E402
                          expected_kv, vllm_config)
 
@@ -161,25 +161,6 @@ def test_a_prompt_served_again_loads_all_but_its_last_token(tmp_path):
         size = len(r.prompt_token_ids)
         assert begin == 0 and n == min(size // 4 * 4, size - 1), (size, n)
     assert len(e.loads) == len(reqs) and e.stats.get("failed_tokens", 0) == 0 and e.wrong_positions == 0
-
-
-def pool_slots(path):
-    with open(path, "rb") as f:
-        sb = f.read(4096)
-    slot_bytes, slots = struct.unpack_from("<QQ", sb, 80)
-    data = (4096 + 4096 * slots + (1 << 20) - 1) // (1 << 20) * (1 << 20)
-    return data, slot_bytes
-
-
-def damage(path, slots, at):
-    """Flips one byte in each of these slots: at byte `at`, or inside layer 1's K."""
-    data, slot_bytes = pool_slots(path)
-    with open(path, "r+b") as f:
-        for s in slots:
-            f.seek(data + s * slot_bytes + (slot_bytes // 3 + 5 if at == "layer 1" else at))
-            b = f.read(1)
-            f.seek(-1, 1)
-            f.write(bytes([b[0] ^ 0x40]))
 
 
 @pytest.mark.parametrize("load_async,save_async", [(False, False), (True, False), (False, True)])
