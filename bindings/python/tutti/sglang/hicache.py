@@ -184,7 +184,7 @@ class TuttiHiCacheStorage(HiCacheStorage):
             raise ValueError(f"tutti: {idx.numel()} host indices for {len(keys)} pages of {P} tokens")
         if not keys:
             return []
-        pages = idx.view(len(keys), P).to("cpu", dtype=idx.dtype)
+        pages = idx.reshape(len(keys), P).cpu()
         first = pages[:, :1]
         step = pages - first
         if bool((first % P != 0).any()) or bool((step != step.new_tensor(range(P))).any()):
