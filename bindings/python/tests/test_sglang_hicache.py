@@ -11,6 +11,7 @@ import hashlib
 import importlib
 import struct
 import threading
+import time
 
 import pytest
 
@@ -195,11 +196,39 @@ def test_prefetch_and_backup_threads_at_once(tmp_path):
     s.close()
 
 
+@pytest.mark.parametrize("ttl_ms", [60_000, 50])
+def test_pages_found_stay_pinned_until_loaded(tmp_path, ttl_ms):
+    """What batch_exists found is not evicted by the stores that follow, until batch_get_v1
+    has loaded it or lease_ttl_ms have passed; then it is evictable again."""
+    a = HostPool("page_first", pages=64, seed=9)
+    s = attach(config(tmp_path, capacity="3M", lease_ttl_ms=ttl_ms), a)
+    slots = s.stats()["slots_total"]
+    assert 64 < slots < 96  # the premise: 32 old and 64 new pages do not both fit
+    old, new, newer = (page_keys(prompt(seed, n)) for seed, n in ((10, 32), (11, 64), (12, 64)))
+    assert s.batch_set_v1(old, indices(range(32))) == [True] * 32
+    assert s.batch_exists(old) == 32
+    if ttl_ms < 1000:
+        time.sleep(3 * ttl_ms / 1000)
+        s.batch_set_v1(new, indices(range(64)))
+        assert sum(s.exists(k) for k in old) < 32  # the pins expired: evicted for room
+        s.close()
+        return
+    assert s.batch_set_v1(new, indices(range(64))).count(True) == slots - 32  # no room past the pins
+    assert all(s.exists(k) for k in old)
+    assert s.batch_get_v1(old, indices(range(32, 64))) == [True] * 32  # stores only read `a`
+    assert_pages(a, range(32, 64), a, range(32))
+    s.batch_set_v1(newer, indices(range(64)))
+    assert sum(s.exists(k) for k in old) < 32  # loaded, so unpinned: evicted for room
+    s.close()
+
+
 def test_what_it_refuses(tmp_path):
     with pytest.raises(ValueError, match="interface_v1"):
         attach(config(tmp_path, interface_v1=None), HostPool("page_first"))
     with pytest.raises(ValueError, match="MLA model on 2 ranks"):
         attach(config(tmp_path, mla=True, tp_size=2), HostPool("page_first", mla=True))
+    with pytest.raises(ValueError, match="lease_ttl_ms must be positive"):
+        attach(config(tmp_path, lease_ttl_ms=0), HostPool("page_first"))
     with pytest.raises(ValueError, match="chunk_tokens 16 must be SGLang's page size 8"):
         attach(config(tmp_path, chunk_tokens=16), HostPool("page_first"))
     weird = HostPool("page_first")

@@ -25,7 +25,9 @@ parallel engine share one pool, each with its own share (tutti's ranks/rank opti
 import array
 import logging
 import os
-from typing import Any, List, Optional, Tuple
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
 
 import tutti
 
@@ -37,6 +39,9 @@ except ImportError:
     HAVE_SGLANG = False
 
 log = logging.getLogger("tutti.sglang")
+
+# The backend's own keys in the extra config, with their defaults.
+BACKEND_KEYS = {"lease_ttl_ms": 30_000}
 
 # Keys of the extra config that are SGLang's, not tutti options.
 SGLANG_KEYS = ("backend_name", "module_path", "class_name", "interface_v1", "prefetch_threshold",
@@ -60,9 +65,12 @@ def _rank(config: HiCacheStorageConfig) -> Tuple[int, int, str]:
     return rank, dp_n * pp_n * cp_n * tp_n, f"tp{tp}/{tp_n}:pp{pp}/{pp_n}:cp{cp}/{cp_n}"
 
 
-def options(config: HiCacheStorageConfig) -> dict:
-    """The tutti options of one rank, from SGLang's storage config."""
+def options(config: HiCacheStorageConfig) -> Tuple[dict, dict]:
+    """(tutti options of one rank, the backend's settings), from SGLang's storage config."""
     extra = dict(config.extra_config or {})
+    settings = {k: extra.pop(k, v) for k, v in BACKEND_KEYS.items()}
+    if int(settings["lease_ttl_ms"]) <= 0:
+        raise ValueError(f"tutti: lease_ttl_ms must be positive, not {settings['lease_ttl_ms']!r}")
     if not _flag(extra.get("interface_v1", 0)):
         raise ValueError('tutti: SGLang must hand pages by host pool index: add "interface_v1": 1 to '
                          "--hicache-storage-backend-extra-config")
@@ -81,7 +89,7 @@ def options(config: HiCacheStorageConfig) -> dict:
     opts["pool"] = pool
     # Another model or shard never matches; the host pool's layout does not change the bytes.
     opts.setdefault("namespace", f"sglang:{config.model_name or ''}:{shard}")
-    return opts
+    return opts, settings
 
 
 def host_views(host: Any, mla: bool) -> Tuple[list, Optional[list]]:
@@ -140,7 +148,10 @@ class TuttiHiCacheStorage(HiCacheStorage):
     """
 
     def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Optional[dict] = None):
-        self._options = options(storage_config)
+        self._options, settings = options(storage_config)
+        self._ttl_ms = int(settings["lease_ttl_ms"])
+        self._pins: Dict[str, Tuple[float, tutti.Lease]] = {}  # key: (expiry, lease)
+        self._pins_lock = threading.Lock()
         self._mla = bool(storage_config.is_mla_model)
         self._rt: Optional[tutti.Runtime] = None
         self._page = 0
@@ -204,7 +215,10 @@ class TuttiHiCacheStorage(HiCacheStorage):
                 b.wait()
             except tutti.Error as e:  # per page below: a page that failed is reported False
                 log.debug("tutti: %s of %d pages: %s", op, len(keys), e)
-            return [b.result(i).tokens == self._page for i in range(len(keys))]
+            done = [b.result(i).tokens == self._page for i in range(len(keys))]
+        if op == "load":
+            self._unpin(keys)
+        return done
 
     def batch_get_v1(self, keys: List[str], host_indices: Any,
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
@@ -222,12 +236,36 @@ class TuttiHiCacheStorage(HiCacheStorage):
         return self._runtime().lookup(self._zeros, key.encode()) == self._page
 
     def batch_exists(self, keys: List[str], extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
-        """How many leading keys are stored."""
-        rt = self._runtime()
-        for i, key in enumerate(keys):
-            if rt.lookup(self._zeros, key.encode()) != self._page:
-                return i
-        return len(keys)
+        """How many leading keys are stored. SGLang asks before it prefetches them: the pages
+        found stay pinned (never evicted) until batch_get_v1 loads them or lease_ttl_ms pass,
+        so eviction in between cannot turn the hit into a miss."""
+        rt, now = self._runtime(), time.monotonic()
+        found = 0
+        for key in keys:
+            lease = rt.lookup_lease(self._zeros, key.encode(), self._ttl_ms)
+            if lease.tokens != self._page:
+                lease.close()
+                break
+            self._pin(key, lease, now + self._ttl_ms / 1000)
+            found += 1
+        with self._pins_lock:
+            expired = [k for k, (expiry, _) in self._pins.items() if expiry <= now]
+        self._unpin(expired)
+        return found
+
+    def _pin(self, key: str, lease: tutti.Lease, expiry: float) -> None:
+        with self._pins_lock:
+            old = self._pins.pop(key, None)
+            self._pins[key] = (expiry, lease)
+        if old is not None:
+            old[1].close()
+
+    def _unpin(self, keys: List[str]) -> None:
+        with self._pins_lock:
+            gone = [self._pins.pop(k, None) for k in keys]
+        for pin in gone:
+            if pin is not None:
+                pin[1].close()
 
     # SGLang's tensor-by-tensor interface, used without interface_v1 (which the constructor
     # requires): the pages move by host pool address instead.
@@ -254,6 +292,7 @@ class TuttiHiCacheStorage(HiCacheStorage):
         return self._runtime().stats()
 
     def close(self) -> None:
+        self._unpin(list(self._pins))
         if self._rt is not None:
             self._rt.close()
             self._rt = None
