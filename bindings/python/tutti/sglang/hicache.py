@@ -209,7 +209,8 @@ class TuttiHiCacheStorage(HiCacheStorage):
         if not keys:
             return []
         with rt.batch(op) as b:
-            b.add_many([tutti.Request(self._zeros, array.array("i", [blk]), 0, self._page, key.encode()) for key, blk in zip(keys, blocks)])
+            b.add_many([tutti.Request(self._zeros, array.array("i", [blk]), 0, self._page, key.encode())
+                        for key, blk in zip(keys, blocks)])
             b.submit()
             try:
                 b.wait()
