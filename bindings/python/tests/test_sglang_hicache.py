@@ -222,6 +222,28 @@ def test_pages_found_stay_pinned_until_loaded(tmp_path, ttl_ms):
     s.close()
 
 
+def test_storage_metrics_count_each_call_once(tmp_path):
+    """--enable-storage-metrics: get_stats hands SGLang the pages and GB/s of each call since
+    the last, then starts again; without it, None."""
+    a = HostPool("page_first", seed=2)
+    cfg = config(tmp_path)
+    cfg.enable_storage_metrics = True
+    s = attach(cfg, a)
+    keys = page_keys(prompt(13, 4))
+    assert s.batch_set_v1(keys, indices(range(4))) == [True] * 4
+    assert s.batch_get_v1(keys[:3] + page_keys(prompt(14, 1)), indices(range(4, 8))) == [True] * 3 + [False]
+    m = s.get_stats()
+    assert (m.backup_pgs, m.prefetch_pgs) == ([4], [3])
+    assert len(m.backup_bandwidth) == len(m.prefetch_bandwidth) == 1
+    assert m.backup_bandwidth[0] > 0 and m.prefetch_bandwidth[0] > 0
+    again = s.get_stats()
+    assert (again.backup_pgs, again.prefetch_pgs, again.prefetch_bandwidth) == ([], [], [])
+    s.close()
+    plain = attach(config(tmp_path), a)
+    assert plain.get_stats() is None
+    plain.close()
+
+
 def test_what_it_refuses(tmp_path):
     with pytest.raises(ValueError, match="interface_v1"):
         attach(config(tmp_path, interface_v1=None), HostPool("page_first"))

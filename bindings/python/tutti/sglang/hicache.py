@@ -33,9 +33,10 @@ import tutti
 
 try:  # SGLang's own base and config when SGLang is installed; the stand-ins otherwise
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig, HiCacheStorageExtraInfo
+    from sglang.srt.metrics.collector import StorageMetrics
     HAVE_SGLANG = True
 except ImportError:
-    from .standin import HiCacheStorage, HiCacheStorageConfig, HiCacheStorageExtraInfo
+    from .standin import HiCacheStorage, HiCacheStorageConfig, HiCacheStorageExtraInfo, StorageMetrics
     HAVE_SGLANG = False
 
 log = logging.getLogger("tutti.sglang")
@@ -153,6 +154,10 @@ class TuttiHiCacheStorage(HiCacheStorage):
         self._pins: Dict[str, Tuple[float, tutti.Lease]] = {}  # key: (expiry, lease)
         self._pins_lock = threading.Lock()
         self._mla = bool(storage_config.is_mla_model)
+        # --enable-storage-metrics: pages and GB/s of each call, until get_stats takes them
+        self._metrics = StorageMetrics() if storage_config.enable_storage_metrics else None
+        self._metrics_lock = threading.Lock()
+        self._page_bytes = 0
         self._rt: Optional[tutti.Runtime] = None
         self._page = 0
         self._zeros = array.array("i")
@@ -176,6 +181,7 @@ class TuttiHiCacheStorage(HiCacheStorage):
             rt.close()
             raise
         self._rt, self._page = rt, page
+        self._page_bytes = sum(t[0].numel() * t.element_size() for t in k + (v or []))
         self._zeros = array.array("i", bytes(4 * page))
         log.info("tutti: HiCache storage on %s (%s backend), %d layers, pages of %d tokens, host layout %s",
                  self._options["pool"], rt.backend, len(k), page, getattr(mem_pool_host, "layout", "?"))
@@ -208,6 +214,7 @@ class TuttiHiCacheStorage(HiCacheStorage):
         blocks = self._blocks(keys, host_indices)
         if not keys:
             return []
+        start = time.perf_counter()
         with rt.batch(op) as b:
             b.add_many([tutti.Request(self._zeros, array.array("i", [blk]), 0, self._page, key.encode())
                         for key, blk in zip(keys, blocks)])
@@ -217,9 +224,28 @@ class TuttiHiCacheStorage(HiCacheStorage):
             except tutti.Error as e:  # per page below: a page that failed is reported False
                 log.debug("tutti: %s of %d pages: %s", op, len(keys), e)
             done = [b.result(i).tokens == self._page for i in range(len(keys))]
+        self._measured(op, done.count(True), time.perf_counter() - start)
         if op == "load":
             self._unpin(keys)
         return done
+
+    def _measured(self, op: str, pages: int, seconds: float) -> None:
+        if self._metrics is None:
+            return
+        gbps = pages * self._page_bytes / max(seconds, 1e-9) / 1e9
+        with self._metrics_lock:
+            m = self._metrics
+            (m.prefetch_pgs if op == "load" else m.backup_pgs).append(pages)
+            (m.prefetch_bandwidth if op == "load" else m.backup_bandwidth).append(gbps)
+
+    def get_stats(self) -> Optional[StorageMetrics]:
+        """With --enable-storage-metrics, the pages and GB/s of each get and set since the last
+        call (SGLang's histograms); None without."""
+        if self._metrics is None:
+            return None
+        with self._metrics_lock:
+            taken, self._metrics = self._metrics, StorageMetrics()
+        return taken
 
     def batch_get_v1(self, keys: List[str], host_indices: Any,
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:

@@ -5,7 +5,7 @@ With SGLang importable, TuttiHiCacheStorage derives from SGLang's own HiCacheSto
 HiCacheStorageConfig is SGLang's; none of this is used. Without it (tutti's CI, a machine that
 only replays SGLang's calls), these stand in with the same names, fields and base behaviour.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
 
@@ -32,6 +32,14 @@ class HiCacheStorageConfig:
 class HiCacheStorageExtraInfo:
     prefix_keys: Optional[List[str]] = None
     extra_info: Optional[dict] = None
+
+
+@dataclass
+class StorageMetrics:  # sglang.srt.metrics.collector's: what get_stats hands the collector
+    prefetch_pgs: List[int] = field(default_factory=list)
+    backup_pgs: List[int] = field(default_factory=list)
+    prefetch_bandwidth: List[float] = field(default_factory=list)
+    backup_bandwidth: List[float] = field(default_factory=list)
 
 
 class HiCacheStorage:
