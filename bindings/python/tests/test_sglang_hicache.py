@@ -265,6 +265,8 @@ def test_what_it_refuses(tmp_path):
         s.batch_get_v1(keys, indices([1, 0]).flip(0))
     with pytest.raises(ValueError, match="16 host indices for 1 pages"):
         s.batch_get_v1(keys[:1], indices([0, 1]))
+    # a page past the host pool's end: the call fails whole, without raising into SGLang's thread
+    assert s.batch_get_v1(keys[:1], indices([12])) == [False]
     with pytest.raises(NotImplementedError, match="interface_v1"):
         s.get(keys[0])
     assert s.batch_exists(keys) == 0  # nothing was stored by the refused calls

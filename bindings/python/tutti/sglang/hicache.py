@@ -216,9 +216,13 @@ class TuttiHiCacheStorage(HiCacheStorage):
             return []
         start = time.perf_counter()
         with rt.batch(op) as b:
-            b.add_many([tutti.Request(self._zeros, array.array("i", [blk]), 0, self._page, key.encode())
-                        for key, blk in zip(keys, blocks)])
-            b.submit()
+            try:
+                b.add_many([tutti.Request(self._zeros, array.array("i", [blk]), 0, self._page, key.encode())
+                            for key, blk in zip(keys, blocks)])
+                b.submit()
+            except tutti.Error as e:  # never into SGLang's prefetch or backup thread, which would die
+                log.warning("tutti: %s of %d pages refused: %s", op, len(keys), e)
+                return [False] * len(keys)
             try:
                 b.wait()
             except tutti.Error as e:  # per page below: a page that failed is reported False
