@@ -16,6 +16,7 @@
 #include "common/fd.hpp"
 #include "common/log.hpp"
 #include "common/thread_name.hpp"
+#include "datapath/dram_tier.hpp"
 #include "index/index.hpp"
 #include "kernels/device.hpp"
 #include "pool/pool.hpp"
@@ -456,6 +457,13 @@ void RedisTier::promote_one(const Key& key) {
   const auto a = index.allocate(key);
   if (a.claim == Index::Claim::kPresent) index.unpin(a.slot);
   if (a.claim != Index::Claim::kAllocated) return;  // present, being stored, or no room
+  // The slot's extents are written here, not through the DRAM tier: what it still holds of
+  // the slot's previous chunk must go before any load can find the promoted one there.
+  if (parts_.dram_tier)
+    for (uint32_t l = 0; l < layers_; ++l) {
+      const Extent e = parts_.pool->geometry().layer_extent(a.slot, l);
+      parts_.dram_tier->drop(e.file, e.offset, e.length);
+    }
   bool dirty = a.reused;
   try {
     if (a.reused) parts_.pool->write_tombstones(std::span(&a.slot, 1));

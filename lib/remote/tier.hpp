@@ -31,6 +31,7 @@
 #include "resolver/key.hpp"
 
 namespace tutti {
+class DramTier;
 class Index;
 class Pool;
 class KvBinding;
@@ -56,6 +57,7 @@ struct TierParts {
   const Pool* pool = nullptr;
   const KvBinding* kv = nullptr;
   gpu::Device* device = nullptr;  // the KV cache is in CUDA memory
+  DramTier* dram_tier = nullptr;  // the DRAM tier, which must forget a slot a promotion rewrites
 };
 
 // A chunk a load batch takes from the cluster.

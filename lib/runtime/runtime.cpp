@@ -163,6 +163,11 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   auto stale = index->recover(pool->read_records(&torn_records_));
   pool->write_tombstones(stale);
 
+  // The DRAM tier above the pool (in front of the CPU producers, below), which the shared tier
+  // below the pool must tell of the slots it writes.
+  std::shared_ptr<DramTier> tier;
+  if (cfg_.dram_tier) tier = std::make_shared<DramTier>(cfg_.dram_tier, shape.layer_bytes());
+
   // The shared tier below the pool; its parts keep their addresses when moved into the runtime.
   std::unique_ptr<remote::Tier> remote_tier;
   if (!cfg_.remote.empty()) {
@@ -173,7 +178,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
     ro.min_tokens = cfg_.remote_min_tokens;
     ro.promote = cfg_.remote_promote;
     ro.connections = cfg_.remote_connections;
-    remote_tier = remote::make_tier(ro, remote::TierParts{index.get(), pool.get(), binding.get(), device.get()});
+    remote_tier = remote::make_tier(ro, remote::TierParts{index.get(), pool.get(), binding.get(), device.get(), tier.get()});
   }
 
   std::unique_ptr<DramPool> dram_pool;
@@ -232,9 +237,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
     load_backend = make_cufile_backend(bc, load_arena.get(), bytes);
   }
   // The DRAM tier goes in front of the CPU producers, for stores (write-through) and loads.
-  std::shared_ptr<DramTier> tier;
-  if (cfg_.dram_tier) {
-    tier = std::make_shared<DramTier>(cfg_.dram_tier, shape.layer_bytes());
+  if (tier) {
     const unsigned copiers = std::min(cfg_.threads, 8u);
     backend = make_tiered_backend(std::move(backend), tier, copiers);
     if (load_backend) load_backend = make_tiered_backend(std::move(load_backend), tier, copiers);

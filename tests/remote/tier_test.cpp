@@ -252,6 +252,39 @@ TEST_F(TierTest, StoredOnOneMachineLoadsOnAnotherAndIsPromoted) {
   EXPECT_EQ(b.stats().remote_loaded_chunks, 0u);
 }
 
+// A promotion writes the pool beside the DRAM tier, into a slot it may take from an evicted
+// chunk whose extents the tier still holds: those must go, or the next load of the promoted
+// chunk is served the evicted one's bytes (a checksum failure; with verify=unsafe-off, another
+// prompt's KV).
+TEST_F(TierTest, APromotionIntoAnEvictedSlotIsNotServedTheDramTiersOldBytes) {
+  for (const char* verify : {"on", "unsafe-off"}) {
+    SCOPED_TRACE(verify);
+    Machine a("tier-a", remote());
+    // B's pool holds four chunks (one prompt); its DRAM tier holds more than the pool. What B
+    // stores once stays out of the cluster (remote_admit=twice), so a lookup sees B's pool.
+    Machine b("tier-b", remote({{"capacity", "1536K"},
+                                {"dram_tier", "4M"},
+                                {"verify", verify},
+                                {"remote_admit", "twice"}}));
+    b.set_salt(2);
+    ASSERT_EQ(b.store(3), 0) << b.last_error();  // fills B's pool and its tier
+    ASSERT_EQ(a.store(1), 0) << a.last_error();
+    ASSERT_TRUE(eventually([&] { return a.stats().remote_written_chunks >= 4; }));
+    int status = -1;
+    EXPECT_EQ(b.load(1, kTokens, &status), kTokens);  // from the cluster
+    EXPECT_EQ(status, 0);
+    ASSERT_TRUE(eventually([&] { return b.stats().remote_promoted_chunks == 4; }))
+        << "promoted: " << b.stats().remote_promoted_chunks;
+    EXPECT_EQ(b.lookup(3), 0u) << "the promotion took prompt 3's slots";
+    const uint64_t remote_loads = b.stats().remote_loaded_chunks;
+    EXPECT_EQ(b.load(1, kTokens, &status), kTokens);  // from B's own pool: bytes checked
+    EXPECT_EQ(status, 0) << b.last_error();
+    EXPECT_EQ(b.stats().remote_loaded_chunks, remote_loads) << "served by B's pool, not the cluster";
+    EXPECT_EQ(b.stats().failed_chunks, 0u);
+    EXPECT_EQ(b.lookup(1), kTokens) << "nothing was discarded as damaged";
+  }
+}
+
 // The same into CUDA memory (the GPU machine runs it; elsewhere it skips).
 TEST_F(TierTest, LoadsIntoCudaMemory) {
   if (const std::string why = gpu::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
