@@ -267,18 +267,24 @@ class MappedCudaRun final : public RunBase {
       sink_.layer_queued(layer);
       return release(layer);
     }
+    // A failed chunk's slot is not written: its tombstone may not have reached the disk, and a
+    // record of the chunk that had the slot before must not come back over other bytes.
+    std::vector<uint32_t> live;
+    for (uint32_t i = 0; i < n; ++i)
+      if (!failed(i)) copies[live.size()] = copies[i], live.push_back(i);
     try {
-      p_.device->gather(kv_.copy_layout(), kv_.k(layer), kv_.v(layer), mem_.copies_dev(layer), n, mem_.ids(),
-                        p_.gpu_sums ? mem_.terms_dev(layer) : 0);
+      p_.device->gather(kv_.copy_layout(), kv_.k(layer), kv_.v(layer), mem_.copies_dev(layer), live.size(),
+                        mem_.ids(), p_.gpu_sums ? mem_.terms_dev(layer) : 0);
     } catch (const Error& e) {
-      for (uint32_t i = 0; i < n; ++i) fail(i, layer, e.code(), e.what());
+      for (uint32_t i : live) fail(i, layer, e.code(), e.what());
       return sink_.layer_landed(layer);
     }
     // The padding after K and after V is hashed as zeros: the pool must hold zeros there too.
     // Touching the extent also finds a file truncated under the mapping.
     const Shape& s = kv_.shape();
     const uint64_t pad = s.v_offset() - s.kv_bytes();
-    for (uint32_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < live.size(); ++j) {
+      const uint32_t i = live[j];
       const Extent e = g.layer_extent(chunks_[i].slot, layer);
       std::byte* extent = dram.host(e.file, e.offset);
       uint64_t sum = 0;
@@ -288,9 +294,9 @@ class MappedCudaRun final : public RunBase {
         if (!p_.gpu_sums) sum = layer_sum(extent, s.layer_bytes());
       });
       if (!ok) fail(i, layer, TUTTI_EIO, "write to " + where(i, layer) + ": the file was truncated under its mapping (by another process?)");
-      chunks_[i].sums[layer] = p_.gpu_sums ? layer_sum_of_terms(mem_.terms(layer)[i], s.layer_bytes()) : sum;
+      chunks_[i].sums[layer] = p_.gpu_sums ? layer_sum_of_terms(mem_.terms(layer)[j], s.layer_bytes()) : sum;
     }
-    p_.counters->bytes_written += n * s.layer_bytes();
+    p_.counters->bytes_written += live.size() * s.layer_bytes();
     sink_.layer_landed(layer);
   }
 

@@ -940,6 +940,34 @@ class GpuLoadDeadline : public ::testing::TestWithParam<DeadlineCase> {};
 
 constexpr uint32_t kDeadlineLayers = 2, kDeadlineBlocks = 32, kDeadlineBt = 16, kDeadlineTokens = 128;
 
+// Runs this test again in a child process with the fault shim preloaded on `dir` and `env` set
+// (the child's part of the test reads one of them); the child must pass and leave `dir`/child-ran.
+void run_child_under_shim(const std::string& dir, const std::vector<std::pair<const char*, std::string>>& env) {
+  const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string filter = std::string("--gtest_filter=") + test->test_suite_name() + "." + test->name();
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setenv("LD_PRELOAD", TUTTI_FAULTSHIM_PATH, 1);
+    setenv("TUTTI_FAULT_PREFIX", dir.c_str(), 1);
+    for (const auto& [k, v] : env) setenv(k, v.c_str(), 1);
+    execl("/proc/self/exe", "tutti_gpu_tests", filter.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child under the fault shim failed (its output above)";
+  EXPECT_EQ(access((dir + "/child-ran").c_str(), F_OK), 0) << "the child ran nothing (" << filter << ")";
+}
+
+bool faultshim_built() { return !std::string(TUTTI_FAULTSHIM_PATH).empty() && access(TUTTI_FAULTSHIM_PATH, R_OK) == 0; }
+
+void mark_child_ran(const std::string& dir) {
+  if (FILE* f = std::fopen((dir + "/child-ran").c_str(), "w")) std::fclose(f);
+}
+
 tutti_runtime* open_with_deadline(const std::string& pool, const DeadlineCase& c, const tutti_kv_layout& l) {
   return open_with({{"pool", pool},
                     {"capacity", "64M"},
@@ -1004,34 +1032,16 @@ void stalled_loads(const std::string& dir, const DeadlineCase& c) {
   EXPECT_EQ(st.load_timeouts, 3u);
   cudaStreamDestroy(stream);
   tutti_runtime_close(rt);
-  if (FILE* f = std::fopen((dir + "/child-ran").c_str(), "w")) std::fclose(f);  // the parent checks it ran
+  mark_child_ran(dir);
 }
 
 TEST_P(GpuLoadDeadline, StalledReadsGiveUpAndNoLateByteLands) {
   if (const char* dir = std::getenv("TUTTI_TEST_STALL_DIR")) return stalled_loads(dir, GetParam());
-  if (std::string(TUTTI_FAULTSHIM_PATH).empty() || access(TUTTI_FAULTSHIM_PATH, R_OK) != 0)
-    GTEST_SKIP() << "the fault shim is not built";
+  if (!faultshim_built()) GTEST_SKIP() << "the fault shim is not built";
   Dir dir;
-  const std::string filter = std::string("--gtest_filter=") +
-                             ::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name() + "." +
-                             ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    setenv("LD_PRELOAD", TUTTI_FAULTSHIM_PATH, 1);
-    setenv("TUTTI_FAULT_PREFIX", dir.path.c_str(), 1);
-    setenv("TUTTI_FAULT_PLAN", "pread:data:stall:1:0;preadv:data:stall:1:0", 1);
-    setenv("TUTTI_FAULT_STALL_MS", "1500", 1);
-    setenv("TUTTI_TEST_STALL_DIR", dir.path.c_str(), 1);
-    execl("/proc/self/exe", "tutti_gpu_tests", filter.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child under stalled reads failed (its output above)";
-  EXPECT_EQ(access((dir.path + "/child-ran").c_str(), F_OK), 0) << "the child ran no stalled loads (" << filter << ")";
+  run_child_under_shim(dir.path, {{"TUTTI_FAULT_PLAN", "pread:data:stall:1:0;preadv:data:stall:1:0"},
+                                  {"TUTTI_FAULT_STALL_MS", "1500"},
+                                  {"TUTTI_TEST_STALL_DIR", dir.path}});
 }
 
 // Without stalls, loads under load_timeout_ms land every byte.
@@ -1058,6 +1068,63 @@ INSTANTIATE_TEST_SUITE_P(Paths, GpuLoadDeadline,
                            return std::string(info.param.backend) +
                                   (std::string(info.param.io_mode) == "object" ? "_staged" : "_per_block");
                          });
+
+// A store from HBM through the mapped pool (backend dram) whose slot's tombstone cannot be
+// written must not write the slot: the record of the chunk that had it stays on disk, and a
+// reopen must find that chunk's own bytes there, never the failed store's. A pool of two slots
+// holds prompt A (parent); a child under the fault shim, every record write failing, stores
+// prompt B over A's slots and gets TUTTI_EIO; the parent reopens and loads A.
+constexpr uint32_t kTombLayers = 2, kTombBlocks = 16, kTombBt = 16, kTombTokens = 128;
+
+tutti_runtime* open_two_slots(const std::string& pool, const tutti_kv_layout& l) {
+  // 1 MiB of superblock and records, and two 64 KiB slots (64 tokens x 2 layers x 2 x 2 x 64 x 2 B).
+  return open_with({{"pool", pool}, {"capacity", "1152K"}, {"chunk_tokens", "64"}, {"backend", "dram"}}, l);
+}
+
+std::vector<int32_t> tomb_tokens(int32_t which) {
+  std::vector<int32_t> t(kTombTokens);
+  for (uint32_t i = 0; i < kTombTokens; ++i) t[i] = static_cast<int32_t>(1000 * which + i * 7 + 1);
+  return t;
+}
+
+TEST(GpuStore, AFailedTombstoneLeavesTheSlotUnwrittenThroughTheMapping) {
+  DeviceKv kv(kTombLayers, kTombBlocks, kTombBt, 2, 64, 0);
+  std::vector<int32_t> table_a(8), table_b(8);
+  for (int32_t i = 0; i < 8; ++i) table_a[i] = i, table_b[i] = 8 + i;
+  if (const char* dir = std::getenv("TUTTI_TEST_TOMBSTONE_DIR")) {  // the child, under the shim
+    tutti_runtime* rt = open_two_slots(std::string(dir) + "/pool", kv.layout);
+    ASSERT_NE(rt, nullptr);
+    const auto tokens = tomb_tokens(2);
+    kv.fill(tokens, table_b.data(), 2);
+    std::vector<tutti_request> r{whole_prompt(tokens, table_b.data(), kTombBt)};
+    EXPECT_EQ(run(rt, TUTTI_OP_STORE, r, kTombLayers), TUTTI_EIO) << "B's store evicts A: its tombstones fail";
+    tutti_runtime_close(rt);
+    return mark_child_ran(dir);
+  }
+  if (!faultshim_built()) GTEST_SKIP() << "the fault shim is not built";
+  Dir dir(true);  // the mapped pool on tmpfs
+  const std::string pool = dir.path + "/pool";
+  const auto tokens = tomb_tokens(1);
+  std::vector<tutti_request> r{whole_prompt(tokens, table_a.data(), kTombBt)};
+  {
+    tutti_runtime* rt = open_two_slots(pool, kv.layout);
+    ASSERT_NE(rt, nullptr);
+    kv.fill(tokens, table_a.data(), 1);
+    ASSERT_EQ(run(rt, TUTTI_OP_STORE, r, kTombLayers), 0) << tutti_last_error();
+    tutti_runtime_close(rt);
+  }
+  run_child_under_shim(dir.path, {{"TUTTI_FAULT_PLAN", "pwrite:rec:eio:1:0;pwritev:rec:eio:1:0"},
+                                  {"TUTTI_TEST_TOMBSTONE_DIR", dir.path}});
+  tutti_runtime* rt = open_two_slots(pool, kv.layout);
+  ASSERT_NE(rt, nullptr);
+  size_t hit = 0;
+  ASSERT_EQ(tutti_lookup(rt, tokens.data(), tokens.size(), nullptr, 0, &hit), 0);
+  EXPECT_EQ(hit, kTombTokens) << "A's records survived the failed tombstones";
+  kv.zero();
+  EXPECT_EQ(run(rt, TUTTI_OP_LOAD, r, kTombLayers), 0) << tutti_last_error();
+  EXPECT_EQ(kv.check(tokens, table_a.data(), 0, kTombTokens, 1), "");
+  tutti_runtime_close(rt);
+}
 
 // gpu-uring's kernel scatters what it polls: no deadline there yet, and the refusal says so.
 TEST(Gpu, GpuUringRefusesLoadTimeout) {
