@@ -921,8 +921,9 @@ class TuttiConnector(KVConnectorBase_V1):
         """Waits for a load; the blocks of chunks that did not arrive become bad."""
         self._collect(load)
         for s, got in zip(load.specs, load.got):
-            for b in self._lost(s, got):
-                self._bad.setdefault(b, self._reports + 1)  # goes out with the next report
+            if got < s.end:  # (a whole load may end inside its last block: that block is good)
+                for b in self._lost(s, got):
+                    self._bad.setdefault(b, self._reports + 1)  # goes out with the next report
 
     def _report(self, load: _Load) -> None:
         """Reports the blocks of chunks that did not arrive to vLLM; the scheduler of this
