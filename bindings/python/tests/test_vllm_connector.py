@@ -17,7 +17,7 @@ from tutti.vllm import TuttiConnector  # noqa: E402
 from tutti.vllm.connector import _ints as conn_ints  # noqa: E402
 from tutti.vllm.connector import _Load, _settings  # noqa: E402
 from tutti.vllm.layout import kv_views, layer_index, split_kv  # noqa: E402
-from fixture import damage  # noqa: E402
+from fixture import damage, pool_slots  # noqa: E402
 from vllm_replay import (LAYOUTS, Engine, KVCacheBlocks, Request, WrongKV, allocate, chain,  # noqa: E402
                          expected_kv, vllm_config)
 
@@ -465,8 +465,8 @@ TP = SimpleNamespace(bs=4, layers=3, heads=2, dim=8, blocks=64, tokens=list(rang
                      table=list(range(1, 11)), new_blocks=list(range(20, 30)))
 
 
-def _tp_config(path):
-    config = vllm_config(TP.bs, {"pool": str(path), "capacity": "16M"}, TP.dim)
+def _tp_config(path, **extra):
+    config = vllm_config(TP.bs, {"pool": str(path), "capacity": "16M", **extra}, TP.dim)
     config.parallel_config = SimpleNamespace(tensor_parallel_size=2, pipeline_parallel_size=1,
                                              data_parallel_rank=0, data_parallel_size=1)
     return config
@@ -502,16 +502,29 @@ def _tp_worker_stores(conn, config, rank):
     return w, views
 
 
-def _tp_worker_loads(w, views, md, rank, hit):
-    """Runs the scheduler's metadata on rank `rank`'s worker; '' if it loaded its own bytes."""
+def _tp_step(w, md):
+    """A step of rank `w` over the scheduler's metadata: its loads (an asynchronous one until
+    get_finished reports it), a save per layer where the metadata has one; the blocks it
+    reports it could not load."""
     w.bind_connector_metadata(md)
     w.start_load_kv(SimpleNamespace(attn_metadata={}))
     for layer in range(TP.layers):
         w.wait_for_layer_load(f"model.layers.{layer}.self_attn.attn")
+        w.save_kv_layer(f"model.layers.{layer}.self_attn.attn", None, None)
     w.wait_for_save()
-    if w.get_block_ids_with_load_errors():
-        return f"rank {rank}: load errors"
+    deadline = time.monotonic() + 60
+    while any(s.is_async for s in md.loads) and "r" not in (w.get_finished(set())[1] or ()):
+        assert time.monotonic() < deadline, "the asynchronous load never finished"
+        time.sleep(0.01)
+    invalid = w.get_block_ids_with_load_errors()
     w.clear_connector_metadata()
+    return invalid
+
+
+def _tp_worker_loads(w, views, md, rank, hit):
+    """Runs the scheduler's metadata on rank `rank`'s worker; '' if it loaded its own bytes."""
+    if _tp_step(w, md):
+        return f"rank {rank}: load errors"
     for layer in range(TP.layers):
         for side in range(2):
             got = views[layer][side][_tp_where(TP.new_blocks)]
@@ -522,16 +535,21 @@ def _tp_worker_loads(w, views, md, rank, hit):
     return ""
 
 
-def _tp_schedule(conn, config, hit):
-    """The scheduler's side: the hit of both ranks, and the metadata that loads it."""
+def _tp_schedule(conn, config, hit, load_async=True, save=False):
+    """The scheduler's side: the hit of both ranks, and the metadata that loads it (and, with
+    `save`, computes and saves the rest of the prompt in the same step)."""
     sched = TuttiConnector(config, conn.KVConnectorRole.SCHEDULER, SimpleNamespace(num_blocks=TP.blocks))
     req = Request("r", TP.tokens)
-    assert sched.get_num_new_matched_tokens(req, 0) == (hit, False)  # the smaller of the ranks' hits
+    assert sched.get_num_new_matched_tokens(req, 0) == (hit, load_async)  # the smaller of the ranks' hits
     sched.update_state_after_alloc(req, KVCacheBlocks(TP.new_blocks), hit)
-    so = SimpleNamespace(finished_req_ids=set(), scheduled_new_reqs=[], num_scheduled_tokens={},
+    new = [SimpleNamespace(req_id="r", prompt_token_ids=TP.tokens, block_ids=(TP.new_blocks,), num_computed_tokens=hit)]
+    so = SimpleNamespace(finished_req_ids=set(), scheduled_new_reqs=new if save else [],
+                         num_scheduled_tokens={"r": len(TP.tokens) - hit} if save else {},
                          scheduled_cached_reqs=SimpleNamespace(req_ids=[], new_block_ids=[], num_computed_tokens=[],
                                                                resumed_req_ids=set()))
-    return sched, req, sched.build_connector_meta(so)
+    md = sched.build_connector_meta(so)
+    assert bool(md.saves) == save
+    return sched, req, md
 
 
 @pytest.mark.parametrize("pool", ["kv.pool", "kv{rank}.pool"])
@@ -565,51 +583,116 @@ def test_tensor_parallel_ranks_are_asked_through_their_sockets(tmp_path, monkeyp
     workers[0][0].shutdown()
 
 
-def _tp_rank_process(rank, pool, orders, results):
+def _tp_rank_process(rank, pool, extra, store, orders, results):
     """A rank's worker in a process of its own, as vLLM runs them: it stores its shard, then
-    loads what the scheduler's metadata (pickled, as vLLM sends it) asks for."""
+    runs the steps the scheduler's metadata (pickled, as vLLM sends it) asks for. With `store`
+    (a file), the ranks form a gloo process group, which stands for vLLM's TP CPU group."""
     from tutti.vllm import connector as conn
     conn._parallel_rank = lambda cfg, worker: (rank if worker else 0, 2)
     try:
-        w, views = _tp_worker_stores(conn, _tp_config(pool), rank)
+        if store:
+            torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+            conn._tp_cpu_group = lambda: torch.distributed.group.WORLD
+        w, views = _tp_worker_stores(conn, _tp_config(pool, **extra), rank)
         results.put((rank, "stored"))
-        md, hit = orders.get()
-        results.put((rank, _tp_worker_loads(w, views, md, rank, hit) or "loaded"))
-        orders.get()  # until the scheduler is done with its leases
+        while True:
+            order = orders.get()
+            if order is None:  # the scheduler is done with its leases
+                break
+            md, hit, check = order
+            if check:
+                results.put((rank, _tp_worker_loads(w, views, md, rank, hit) or "loaded"))
+            else:
+                invalid = _tp_step(w, md)
+                results.put((rank, (sorted(invalid), w._stats.get("saves_dropped", 0),
+                                    w._stats.get("saved_tokens", 0))))
         w.shutdown()
     except Exception as e:  # reported to the test, which fails with it
         results.put((rank, f"rank {rank}: {type(e).__name__}: {e}"))
 
 
-def test_tensor_parallel_ranks_in_processes_share_one_pool(tmp_path, monkeypatch):
-    """vLLM's process layout: the scheduler in the test's process, two worker processes that
-    start together on one pool file (one creates it, the other waits), each owning its share;
-    each loads its own shard back from the pool they share."""
-    import multiprocessing
-    from tutti.vllm import connector as conn
-    ctx = multiprocessing.get_context("spawn")
-    pool = tmp_path / "kv.pool"
-    results = ctx.Queue()
-    orders = [ctx.Queue() for _ in range(2)]
-    procs = [ctx.Process(target=_tp_rank_process, args=(r, str(pool), orders[r], results)) for r in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        got = sorted(results.get(timeout=120) for _ in range(2))
-        assert got == [(0, "stored"), (1, "stored")], got
-        monkeypatch.setattr(conn, "_parallel_rank", lambda cfg, worker: (0, 2))
-        sched, req, md = _tp_schedule(conn, _tp_config(pool), 24)
-        for q in orders:
-            q.put((md, 24))
-        got = sorted(results.get(timeout=120) for _ in range(2))
-        assert got == [(0, "loaded"), (1, "loaded")], got
-        sched.request_finished(req, TP.new_blocks)
-        sched.shutdown()
-    finally:
-        for q in orders:
+class _TpProcesses:
+    """Two rank processes on one pool, started together (one creates the pool, the other
+    waits), each owning its share."""
+
+    def __init__(self, tmp_path, extra, group):
+        import multiprocessing
+        ctx = multiprocessing.get_context("spawn")
+        self.pool = tmp_path / "kv.pool"
+        store = str(tmp_path / "gloo.store") if group else ""
+        self.results = ctx.Queue()
+        self.orders = [ctx.Queue() for _ in range(2)]
+        self.procs = [ctx.Process(target=_tp_rank_process, args=(r, str(self.pool), extra, store, self.orders[r],
+                                                                 self.results)) for r in range(2)]
+        for p in self.procs:
+            p.start()
+
+    def both(self, order=None):
+        """Each rank's answer to `order` (or to starting up)."""
+        if order is not None:
+            for q in self.orders:
+                q.put(order)
+        return [a for _, a in sorted(self.results.get(timeout=120) for _ in range(2))]
+
+    def end(self):
+        for q in self.orders:
             q.put(None)
-        for p in procs:
+        for p in self.procs:
             p.join(timeout=60)
             if p.is_alive():
                 p.kill()
-    assert [p.exitcode for p in procs] == [0, 0]
+        return [p.exitcode for p in self.procs]
+
+
+@pytest.mark.parametrize("load_async", [True, False])
+def test_tensor_parallel_ranks_in_processes_share_one_pool(tmp_path, monkeypatch, load_async):
+    """vLLM's process layout: the scheduler in the test's process, two worker processes on one
+    pool; each loads its own shard back from the pool they share, asynchronously (the default
+    with more than one rank) or layer by layer with the ranks sharing their failures."""
+    from tutti.vllm import connector as conn
+    extra = {} if load_async else {"load_async": False}
+    ranks = _TpProcesses(tmp_path, extra, group=not load_async)
+    try:
+        assert ranks.both() == ["stored", "stored"]
+        monkeypatch.setattr(conn, "_parallel_rank", lambda cfg, worker: (0, 2))
+        sched, req, md = _tp_schedule(conn, _tp_config(ranks.pool, **extra), 24, load_async)
+        assert ranks.both((md, 24, True)) == ["loaded", "loaded"]
+        sched.request_finished(req, TP.new_blocks)
+        sched.shutdown()
+    finally:
+        exits = ranks.end()
+    assert exits == [0, 0]
+
+
+def test_a_load_failed_on_one_tensor_parallel_rank_stops_every_ranks_saves(tmp_path, monkeypatch):
+    """Layer by layer under tensor parallelism: rank 1's chunk fails its checksum, rank 0's
+    loads. Both computed the step over rank 1's missing KV (vLLM all-reduces the attention), so
+    rank 0 must not commit its save either: both report rank 1's blocks, both drop the save."""
+    from tutti.vllm import connector as conn
+    ranks = _TpProcesses(tmp_path, {"load_async": False}, group=True)
+    try:
+        assert ranks.both() == ["stored", "stored"]
+        data, slot_bytes = pool_slots(ranks.pool)
+        slots = (ranks.pool.stat().st_size - data) // slot_bytes
+        damage(ranks.pool, range(slots // 2, slots), "layer 1")  # rank 1's share
+        monkeypatch.setattr(conn, "_parallel_rank", lambda cfg, worker: (0, 2))
+        sched, req, md = _tp_schedule(conn, _tp_config(ranks.pool, load_async=False), 24, False, save=True)
+        (inv0, dropped0, saved0), (inv1, dropped1, saved1) = ranks.both((md, 24, False))
+        assert inv1 and inv0 == inv1, (inv0, inv1)  # rank 0 reports rank 1's failure too
+        assert (dropped0, saved0) == (1, 0) and (dropped1, saved1) == (1, 0)
+        sched.request_finished(req, TP.new_blocks)
+        sched.shutdown()
+    finally:
+        exits = ranks.end()
+    assert exits == [0, 0]
+
+
+def test_pipeline_parallel_loads_must_be_asynchronous():
+    from tutti.vllm import connector as conn
+    config = _tp_config("unused.pool", load_async=False)
+    config.parallel_config.pipeline_parallel_size = 2
+    with pytest.raises(ValueError, match="pipeline parallelism"):
+        conn._async_loads({"load_async": False}, config)
+    assert conn._async_loads({"load_async": "auto"}, config)
+    config.parallel_config.pipeline_parallel_size, config.parallel_config.tensor_parallel_size = 1, 1
+    assert not conn._async_loads({"load_async": "auto"}, config)

@@ -40,8 +40,18 @@ Saves are synchronous by default: wait_for_save waits for the commit, so request
 holds blocks. {"save_async": true} lets a step's saves run on behind the next steps: a request
 that had saves keeps its blocks after it finishes until the worker reports them committed
 (get_finished's finished_sending), and handle_preemptions waits for the saves of preempted
-requests before vLLM reuses their blocks (a vLLM without that hook gets synchronous saves). Loads are synchronous and layer by layer by default; kv_connector_extra_config
-{"load_async": true} loads a request before it is scheduled (get_finished reports it).
+requests before vLLM reuses their blocks (a vLLM without that hook gets synchronous saves).
+
+Loads ("load_async": "auto") are synchronous and layer by layer where the engine is one rank. A
+rank whose load failed poisons what every rank computes in that step (tensor parallelism
+all-reduces the attention; a pipeline stage hands its hidden states on), while the other ranks'
+own loads went well: with more than one rank, loads are asynchronous by default (the request is
+scheduled once every rank reported its load, failures included). "load_async": false keeps them
+layer by layer under tensor parallelism alone: the ranks then exchange the blocks they failed to
+load through vLLM's tensor-parallel group (CPU) in each step with loads, before any save of the
+step commits. A pipeline stage cannot learn of another's failure within the step: with pipeline
+parallelism, loads must be asynchronous. "load_async": true loads before a request is
+scheduled on one rank too (get_finished reports it).
 """
 import array
 import logging
@@ -80,7 +90,7 @@ log = logging.getLogger("tutti.vllm")
 
 # kv_connector_extra_config keys the connector reads itself; every other key is a tutti option
 # (tutti.h: pool, capacity, backend, chunk_tokens, ...).
-CONNECTOR_KEYS = {"load_async": False, "save_async": False, "lease_ttl_ms": 600_000, "lookup_timeout_ms": 5_000}
+CONNECTOR_KEYS = {"load_async": "auto", "save_async": False, "lease_ttl_ms": 600_000, "lookup_timeout_ms": 5_000}
 EVENT_MEDIUM = "tutti"  # the medium of the KV events the connector reports
 
 
@@ -245,6 +255,28 @@ def _flag(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("1", "true", "yes", "on")
     return bool(value)
+
+
+def _async_loads(settings: dict, vllm_config: Any) -> bool:
+    """Whether loads run before their request is scheduled (module docstring: auto is
+    synchronous for an engine of one rank alone)."""
+    value = settings.get("load_async")
+    pc = getattr(vllm_config, "parallel_config", None)
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return _ranks_per_engine(vllm_config) > 1
+    if not _flag(value) and (getattr(pc, "pipeline_parallel_size", 1) or 1) > 1:
+        raise ValueError("tutti: with pipeline parallelism loads must be asynchronous (load_async true or auto): "
+                         "a stage cannot learn within the step that another stage's load failed")
+    return _flag(value)
+
+
+def _tp_cpu_group() -> Any:
+    """vLLM's tensor-parallel CPU process group of this worker, or None (no vLLM, not up)."""
+    try:
+        from vllm.distributed.parallel_state import get_tp_group
+        return get_tp_group().cpu_group
+    except Exception:
+        return None
 
 
 def _async_saves(settings: dict) -> bool:
@@ -439,6 +471,7 @@ class TuttiConnector(KVConnectorBase_V1):
             self._warned_alone = False
             self._events: List[Any] = []  # KV events from the workers, until take_events
             self._save_async = _async_saves(self._settings)
+            self._load_async = _async_loads(self._settings, vllm_config)
             self._saved: Set[str] = set()  # save_async: requests with saves, whose blocks wait for them
             self._ranks: Optional[_Ranks] = None  # tensor/pipeline parallelism: the workers' sockets
             ranks = _engine_ranks(vllm_config)
@@ -464,6 +497,10 @@ class TuttiConnector(KVConnectorBase_V1):
             self._events_on = False  # this rank reports KV events
             _, settings = _settings(vllm_config)
             self._save_async = _async_saves(settings)
+            # Synchronous loads under tensor parallelism: the ranks share their failures.
+            tp = getattr(getattr(vllm_config, "parallel_config", None), "tensor_parallel_size", 1) or 1
+            self._tp_share = tp > 1 and not _async_loads(settings, vllm_config)
+            self._warned_no_group = False
             self._saving: List[_Save] = []  # save_async: declared whole, not yet committed
             self._saved_rids: Set[str] = set()  # requests with saves (the scheduler holds their blocks)
             self._finishing: Set[str] = set()  # of those, finished: reported once their saves are in
@@ -543,7 +580,7 @@ class TuttiConnector(KVConnectorBase_V1):
         hit = min(q.lease.tokens, n - 1, self._cap.get(rid, n))
         if hit <= num_computed_tokens:
             return 0, False
-        return hit - num_computed_tokens, _flag(self._settings["load_async"])
+        return hit - num_computed_tokens, self._load_async
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
         rid = request.request_id
@@ -556,7 +593,7 @@ class TuttiConnector(KVConnectorBase_V1):
         # The whole prompt: a load that ends inside a partial chunk finds it by its tokens (each
         # rank's may be longer than the hit all ranks share).
         self._pending[rid] = LoadSpec(rid, list(request.all_token_ids), ids[:_ceil_div(end, self._block_size)],
-                                      q.local, end, q.salt, _flag(self._settings["load_async"]))
+                                      q.local, end, q.salt, self._load_async)
         self._count("load_tokens_planned", num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: Any) -> TuttiConnectorMetadata:
@@ -751,17 +788,24 @@ class TuttiConnector(KVConnectorBase_V1):
         self._saves_opened = False
         if self.role == KVConnectorRole.WORKER:
             # A failed block stays bad here until the scheduler has seen its report (it may plan
-            # a step ahead of the outputs); from then on it plans no save over it itself. (One
-            # worker per scheduler: with tensor parallelism tutti does not load.)
+            # a step ahead of the outputs); from then on it plans no save over it itself. (With
+            # several ranks, synchronous loads share their failures, so every rank reports the
+            # same blocks and counts its reports alike; an asynchronous load's request is not
+            # scheduled before every rank has reported it.)
             acked = getattr(connector_metadata, "acked", 0)
             self._bad = {b: r for b, r in self._bad.items() if r > acked}
             if self._save_async:  # the scheduler holds these requests' blocks until reported
                 self._saved_rids.update(s.req_id for s in getattr(connector_metadata, "saves", ()))
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
-        if not self.has_connector_metadata() or self._rt is None:
+        if not self.has_connector_metadata():
             return
         md = self._get_connector_metadata()
+        if self._rt is None:  # loads nothing; under tensor parallelism still shares its failures
+            if self._tp_share and any(not s.is_async for s in md.loads):
+                self._end_sync_load()
+                self._sync = _Load(None, [s for s in md.loads if not s.is_async])
+            return
         self._end_sync_load()  # normally ended by the last step's wait_for_save
         self._reap_parked()
         self._waited.clear()
@@ -951,7 +995,37 @@ class TuttiConnector(KVConnectorBase_V1):
                 log.warning("tutti: a forward ran without waiting for every layer's load (CUDA graphs without "
                             "piecewise attention?); its loaded blocks are reported as failed and recomputed")
             load.got = [s.begin for s in load.specs]
+        if self._tp_share:
+            self._share_failures(load)
         self._report(load)
+
+    def _share_failures(self, load: _Load) -> None:
+        """Tensor parallelism, synchronous loads: every rank computed the step over every rank's
+        KV, so a block one rank failed to load is bad on all of them. The ranks exchange their
+        failed blocks (one all-gather on vLLM's TP CPU group, in each step with loads, which
+        every rank has alike); without the group, every block of the load counts as failed."""
+        own: Set[int] = set()
+        for s, got in zip(load.specs, load.got):
+            if got < s.end:
+                own.update(self._lost(s, got))
+        group = _tp_cpu_group()
+        try:
+            if group is None:
+                raise RuntimeError("vLLM's tensor-parallel group is not reachable")
+            import torch.distributed as dist
+            gathered: List[Any] = [None] * dist.get_world_size(group)
+            dist.all_gather_object(gathered, sorted(own), group=group)
+            others = set().union(*map(set, gathered)) - own
+        except Exception as e:  # safe: nothing of the load is used, nothing over it saved
+            if not self._warned_no_group:
+                self._warned_no_group = True
+                log.error("tutti: the tensor-parallel ranks cannot share their load failures (%s): synchronous "
+                          "loads are reported failed and recomputed; use load_async", e)
+            load.got = [s.begin for s in load.specs]
+            return
+        for b in others:
+            self._bad.setdefault(b, self._reports + 1)  # goes out with the next report
+        self._invalid.update(others)
 
     def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
         """Async loads that arrived (finished_recving); with save_async, finished requests whose
