@@ -222,6 +222,24 @@ def test_pages_found_stay_pinned_until_loaded(tmp_path, ttl_ms):
     s.close()
 
 
+def test_a_page_found_twice_stays_pinned_until_loaded_twice(tmp_path):
+    """Two prefetches of one prefix (two requests): the first one's load must not unpin what
+    the second one's batch_exists found and still has to load."""
+    a = HostPool("page_first", pages=64, seed=9)
+    s = attach(config(tmp_path, capacity="3M"), a)
+    slots = s.stats()["slots_total"]
+    old, new, newer = (page_keys(prompt(seed, n)) for seed, n in ((10, 32), (11, 64), (12, 64)))
+    assert s.batch_set_v1(old, indices(range(32))) == [True] * 32
+    assert s.batch_exists(old) == 32 and s.batch_exists(old) == 32
+    assert s.batch_get_v1(old, indices(range(32, 64))) == [True] * 32  # the first request's
+    assert s.batch_set_v1(new, indices(range(64))).count(True) == slots - 32  # still no room past the pins
+    assert s.batch_get_v1(old, indices(range(32, 64))) == [True] * 32  # the second request's
+    assert_pages(a, range(32, 64), a, range(32))
+    s.batch_set_v1(newer, indices(range(64)))
+    assert sum(s.exists(k) for k in old) < 32  # loaded twice, so unpinned: evicted for room
+    s.close()
+
+
 def test_storage_metrics_count_each_call_once(tmp_path):
     """--enable-storage-metrics: get_stats hands SGLang the pages and GB/s of each call since
     the last, then starts again; without it, None."""

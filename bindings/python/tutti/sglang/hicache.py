@@ -151,7 +151,9 @@ class TuttiHiCacheStorage(HiCacheStorage):
     def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Optional[dict] = None):
         self._options, settings = options(storage_config)
         self._ttl_ms = int(settings["lease_ttl_ms"])
-        self._pins: Dict[str, Tuple[float, tutti.Lease]] = {}  # key: (expiry, lease)
+        # key: its pins, oldest first, each (expiry, lease): one per batch_exists that found it
+        # (the prefetch thread may ask again for a page another request is loading)
+        self._pins: Dict[str, List[Tuple[float, tutti.Lease]]] = {}
         self._pins_lock = threading.Lock()
         self._mla = bool(storage_config.is_mla_model)
         # --enable-storage-metrics: pages and GB/s of each call, until get_stats takes them
@@ -215,22 +217,24 @@ class TuttiHiCacheStorage(HiCacheStorage):
         if not keys:
             return []
         start = time.perf_counter()
-        with rt.batch(op) as b:
-            try:
-                b.add_many([tutti.Request(self._zeros, array.array("i", [blk]), 0, self._page, key.encode())
-                            for key, blk in zip(keys, blocks)])
-                b.submit()
-            except tutti.Error as e:  # never into SGLang's prefetch or backup thread, which would die
-                log.warning("tutti: %s of %d pages refused: %s", op, len(keys), e)
-                return [False] * len(keys)
-            try:
-                b.wait()
-            except tutti.Error as e:  # per page below: a page that failed is reported False
-                log.debug("tutti: %s of %d pages: %s", op, len(keys), e)
-            done = [b.result(i).tokens == self._page for i in range(len(keys))]
+        try:
+            with rt.batch(op) as b:
+                try:
+                    b.add_many([tutti.Request(self._zeros, array.array("i", [blk]), 0, self._page, key.encode())
+                                for key, blk in zip(keys, blocks)])
+                    b.submit()
+                except tutti.Error as e:  # never into SGLang's prefetch or backup thread, which would die
+                    log.warning("tutti: %s of %d pages refused: %s", op, len(keys), e)
+                    return [False] * len(keys)
+                try:
+                    b.wait()
+                except tutti.Error as e:  # per page below: a page that failed is reported False
+                    log.debug("tutti: %s of %d pages: %s", op, len(keys), e)
+                done = [b.result(i).tokens == self._page for i in range(len(keys))]
+        finally:
+            if op == "load":  # the pins of the lookup this load answers, loaded or not
+                self._unpin(keys)
         self._measured(op, done.count(True), time.perf_counter() - start)
-        if op == "load":
-            self._unpin(keys)
         return done
 
     def _measured(self, op: str, pages: int, seconds: float) -> None:
@@ -279,24 +283,36 @@ class TuttiHiCacheStorage(HiCacheStorage):
                 break
             self._pin(key, lease, now + self._ttl_ms / 1000)
             found += 1
+        expired = []
         with self._pins_lock:
-            expired = [k for k, (expiry, _) in self._pins.items() if expiry <= now]
-        self._unpin(expired)
+            for key in [k for k, pins in self._pins.items() if pins[0][0] <= now]:
+                pins = self._pins[key]
+                while pins and pins[0][0] <= now:
+                    expired.append(pins.pop(0)[1])
+                if not pins:
+                    del self._pins[key]
+        for lease in expired:
+            lease.close()
         return found
 
     def _pin(self, key: str, lease: tutti.Lease, expiry: float) -> None:
         with self._pins_lock:
-            old = self._pins.pop(key, None)
-            self._pins[key] = (expiry, lease)
-        if old is not None:
-            old[1].close()
+            self._pins.setdefault(key, []).append((expiry, lease))
 
-    def _unpin(self, keys: List[str]) -> None:
+    def _unpin(self, keys: List[str], every: bool = False) -> None:
+        """Ends the oldest pin of each key (every pin, with `every`)."""
+        gone = []
         with self._pins_lock:
-            gone = [self._pins.pop(k, None) for k in keys]
-        for pin in gone:
-            if pin is not None:
-                pin[1].close()
+            for key in keys:
+                pins = self._pins.get(key)
+                if not pins:
+                    continue
+                gone.extend(lease for _, lease in (pins if every else pins[:1]))
+                del pins[:len(pins) if every else 1]
+                if not pins:
+                    del self._pins[key]
+        for lease in gone:
+            lease.close()
 
     # SGLang's tensor-by-tensor interface, used without interface_v1 (which the constructor
     # requires): the pages move by host pool address instead.
@@ -323,7 +339,7 @@ class TuttiHiCacheStorage(HiCacheStorage):
         return self._runtime().stats()
 
     def close(self) -> None:
-        self._unpin(list(self._pins))
+        self._unpin(list(self._pins), every=True)
         if self._rt is not None:
             self._rt.close()
             self._rt = None
