@@ -69,8 +69,11 @@ KvBinding::KvBinding(const tutti_kv_layout& l, uint32_t chunk_tokens) {
   c.v_offset = shape_.v_offset();
   c.block_tokens = block_tokens_;
   c.heads = shape_.heads;
-  c.blocks_per_chunk = chunk_tokens % block_tokens_ == 0 ? chunk_tokens / block_tokens_
-                                                        : (chunk_tokens + 2 * block_tokens_ - 2) / block_tokens_;
+  // In 64 bits: with blocks of near 2^31 tokens the sum wraps in 32 (and a chunk spans two).
+  c.blocks_per_chunk =
+      chunk_tokens % block_tokens_ == 0
+          ? chunk_tokens / block_tokens_
+          : static_cast<uint32_t>((uint64_t{chunk_tokens} + 2 * uint64_t{block_tokens_} - 2) / block_tokens_);
 
   bool aligned = is_aligned(c.run_bytes, kIoAlign) && is_aligned(c.block_stride, kIoAlign) &&
                  shape_.kv_bytes() == shape_.v_offset();

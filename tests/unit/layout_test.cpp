@@ -164,4 +164,21 @@ TEST(Binding, DirectNeedsAlignedBlocks) {
   EXPECT_FALSE(KvBinding(l, 256).direct_capable());
 }
 
+// The copy kernels give each chunk blocks_per_chunk block ids: with blocks of near 2^31 tokens
+// that count once wrapped to 0 (the kernels then read ids past the chunk's).
+TEST(Binding, HugeBlocksStillGiveAChunkItsBlocks) {
+  tutti_kv_layout l;
+  tutti_kv_layout_init(&l, 1, 1, 1, 1, 8, 2, 0);
+  std::byte mem[64];
+  void* k[1] = {mem};
+  l.k_base = k;
+  l.v_offset = 32;
+  for (uint32_t bt : {300u, 0x7fffffffu, 0x80000001u, 0xffffffffu}) {
+    l.block_tokens = bt;
+    l.token_stride = 16;
+    const KvBinding kv(l, 256);
+    EXPECT_EQ(kv.copy_layout().blocks_per_chunk, 2u) << bt;  // a chunk starts in one block, ends in the next
+  }
+}
+
 }  // namespace tutti
