@@ -18,12 +18,16 @@ const char* Args::value() {
   return argv_[i_++];
 }
 
-size_t Args::positive() {
+size_t Args::positive(size_t max) {
   const char* flag = argv_[i_ - 1];
   const char* v = value();
   auto n = parse_size(v);
   if (!n || *n == 0) {
     std::fprintf(stderr, "tutti %s: %s: '%s' is not a positive number\n", command_, flag, v);
+    std::exit(2);
+  }
+  if (*n > max) {
+    std::fprintf(stderr, "tutti %s: %s: '%s' is more than %zu\n", command_, flag, v, max);
     std::exit(2);
   }
   return *n;

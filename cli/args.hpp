@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -21,8 +22,8 @@ class Args {
   const char* next() { return i_ < argc_ ? argv_[i_++] : nullptr; }
   // The value of the flag next() just returned; exits 2 when there is none.
   const char* value();
-  // value() as a positive size ("2048", "4K"); exits 2 for anything else.
-  size_t positive();
+  // value() as a positive size ("2048", "4K") of at most `max`; exits 2 for anything else.
+  size_t positive(size_t max = SIZE_MAX);
 
  private:
   const char* command_;

@@ -2,12 +2,16 @@
 // tutti bench: stores a synthetic KV cache, loads it back layer by layer and verifies every
 // byte, on each backend, next to the raw bandwidth of the same pool file. It drives the public
 // C ABI, exactly as an engine would.
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cinttypes>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -24,11 +28,36 @@
 #include "datapath/gpu_uring.hpp"
 #include "kernels/device.hpp"
 #include "output.hpp"
+#include "pool/pool.hpp"
+#include "resolver/uri.hpp"
 #include "runtime/config.hpp"
 
 namespace tutti::cli {
 
 namespace {
+
+// The pool files a bench run deletes and creates again: --pool's, and the remote phases' own.
+std::vector<std::string> bench_pool_paths(const BenchArgs& a) {
+  std::vector<std::string> out{parse_pool_uri(a.pool).path};
+  if (!a.remote.empty()) out.insert(out.end(), {a.pool + ".remote-a", a.pool + ".remote-b"});
+  return out;
+}
+
+// Why bench may not delete what is at `path`, or "": only nothing, an empty file, or a pool no
+// runtime holds (never a device, another file, or a live runtime's pool).
+std::string not_replaceable(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0)
+    return errno == ENOENT ? "" : path + " cannot be looked at (" + std::strerror(errno) + ")";
+  if (!S_ISREG(st.st_mode)) return path + " is not a regular file";
+  if (st.st_size == 0) return "";
+  try {
+    Pool::open_existing({PoolUri{path}});
+  } catch (const Error& e) {
+    return e.code() == TUTTI_EBUSY ? path + " is the pool of a running runtime" : user_message(e);
+  }
+  return "";
+}
 
 // Parses bench's options into `a`; an exit status when bench stops here (a bad option, --help).
 std::optional<int> parse(int argc, char** argv, BenchArgs& a) {
@@ -65,11 +94,11 @@ std::optional<int> parse(int argc, char** argv, BenchArgs& a) {
     } else if (f == "--direct") {
       a.direct = args.value();
     } else if (f == "--block-tokens") {
-      a.block_tokens = static_cast<uint32_t>(args.positive());
+      a.block_tokens = static_cast<uint32_t>(args.positive(UINT32_MAX));
     } else if (f == "--chunk-tokens") {
-      a.chunk_tokens = static_cast<uint32_t>(args.positive());
+      a.chunk_tokens = static_cast<uint32_t>(args.positive(UINT32_MAX));
     } else if (f == "--repeat") {
-      a.repeat = static_cast<unsigned>(args.positive());
+      a.repeat = static_cast<unsigned>(args.positive(UINT_MAX));
     } else if (f == "--memory") {
       const std::string v = args.value();
       if (v != "host" && v != "cuda") return usage_error("bench", "--memory is host or cuda");
@@ -77,11 +106,11 @@ std::optional<int> parse(int argc, char** argv, BenchArgs& a) {
     } else if (f == "--remote") {
       a.remote = args.value();
     } else if (f == "--remote-connections") {
-      a.remote_connections = static_cast<unsigned>(args.positive());
+      a.remote_connections = static_cast<unsigned>(args.positive(UINT_MAX));
     } else if (f == "--remote-depth") {
-      a.remote_depth = static_cast<unsigned>(args.positive());
+      a.remote_depth = static_cast<unsigned>(args.positive(UINT_MAX));
     } else if (f == "--remote-timeout-ms") {
-      a.remote_timeout_ms = static_cast<unsigned>(args.positive());
+      a.remote_timeout_ms = static_cast<unsigned>(args.positive(UINT_MAX));
     } else if (f == "--hnd") {
       a.hnd = true;
     } else if (f == "--json") {
@@ -97,8 +126,14 @@ std::optional<int> parse(int argc, char** argv, BenchArgs& a) {
       return usage_error("bench", "unknown option '%s' (see tutti --help)", f.c_str());
     }
   }
-  if (a.chunk_tokens % a.block_tokens || a.tokens % (a.chunk_tokens * a.requests))
+  size_t per_round = 0;
+  if (__builtin_mul_overflow(size_t{a.chunk_tokens}, a.requests, &per_round) || a.chunk_tokens % a.block_tokens ||
+      a.tokens % per_round)
     return usage_error("bench", "--tokens must be a multiple of --chunk-tokens x --requests, and --chunk-tokens a multiple of --block-tokens");
+  // Every run replaces the pool at --pool: what is there must be a pool nobody holds, or nothing.
+  for (const std::string& path : bench_pool_paths(a))
+    if (const std::string why = not_replaceable(path); !why.empty())
+      return usage_error("bench", "--pool: %s; bench replaces the pool there on every run", why.c_str());
   if (a.cuda) {
     std::string why = gpu::unavailable_reason();
     if (!why.empty()) return usage_error("bench", "--memory cuda: %s", why.c_str());

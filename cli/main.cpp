@@ -42,7 +42,8 @@ const char* kUsage =
     "  --model NAME         llama3-8b (default), llama3-70b, qwen2.5-7b, mistral-7b, tiny\n"
     "  --tokens N           prompt tokens to store and load (default 8192)\n"
     "  --requests N         split the tokens over N requests of one batch (default 1)\n"
-    "  --pool URI           pool to use; it is recreated for every run (default ./tutti-bench.pool)\n"
+    "  --pool URI           pool file to use; it is recreated for every run, so it must be absent,\n"
+    "                       empty, or a pool no runtime holds (default ./tutti-bench.pool)\n"
     "  --backends LIST      comma-separated backends (default: every one that works here)\n"
     "  --no-baseline        skip the per-block baseline (one I/O per block and K/V)\n"
     "  --dram-tier SIZE     a DRAM tier of SIZE above the pool (option dram_tier); loads that it\n"
@@ -94,6 +95,12 @@ int main(int argc, char** argv) {
     if (cmd == "fsck") return cmd_fsck(argc - 2, argv + 2);
   } catch (const tutti::Error& e) {
     std::fprintf(stderr, "tutti %s: %s (%s)\n", cmd.c_str(), tutti::user_message(e).c_str(), tutti_strerror(e.code()));
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "tutti %s: out of memory (%s)\n", cmd.c_str(), tutti_strerror(TUTTI_ENOMEM));
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tutti %s: %s (%s)\n", cmd.c_str(), e.what(), tutti_strerror(TUTTI_EINTERNAL));
     return 2;
   }
   std::fprintf(stderr, "tutti: unknown command '%s' (see tutti --help)\n", cmd.c_str());

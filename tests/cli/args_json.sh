@@ -33,6 +33,18 @@ for b in $("$tutti" info --json | py 'print(" ".join(b["name"] for b in d["backe
 done
 expect_rc 2 "unknown backend 'foo'" "$tutti" bench --backends posix,foo
 
+# bench replaces the pool at --pool on every run: never a file that is not a pool, nor a device;
+# numbers past their type are refused, not wrapped (a wrapped 0 once divided by zero)
+echo "not a pool" >"$tmp.data"
+expect_rc 2 "is not a tutti pool" "$tutti" bench --model tiny --tokens 256 --pool "$tmp.data"
+grep -q "not a pool" "$tmp.data" || { echo "bench replaced a file that is not a pool"; exit 1; }
+rm -f "$tmp.data"
+expect_rc 2 "is not a regular file" "$tutti" bench --model tiny --tokens 256 --pool /dev/null
+[ -c /dev/null ] || { echo "bench removed /dev/null"; exit 1; }
+expect_rc 2 "more than 4294967295" "$tutti" bench --block-tokens 4294967296
+expect_rc 2 "more than 4294967295" "$tutti" bench --repeat 4294967296
+expect_rc 2 "multiple of --chunk-tokens" "$tutti" bench --requests 9223372036854775808 --chunk-tokens 2
+
 expect_rc 2 "unknown argument '--bogus'" "$tutti" info --bogus
 expect_rc 2 "unknown option '--bogus'" "$tutti" stats --bogus "$pool"
 expect_rc 2 "unknown option '-x'" "$tutti" fsck -x "$pool"
