@@ -106,9 +106,22 @@ void LookupServer::accept_loop() {
       ::close(fd);
       continue;
     }
-    Connection& c = connections_.emplace_back();
-    c.fd = Fd(fd);
-    c.thread = std::thread([this, &c] { serve(c); });
+    // A thread per connection; one that cannot be had (a pids or thread limit, no memory) costs
+    // that client its connection, never the process its life.
+    Fd owned(fd);  // closed here unless a connection takes it
+    try {
+      Connection& c = connections_.emplace_back();
+      c.fd = std::move(owned);
+      try {
+        c.thread = std::thread([this, &c] { serve(c); });
+      } catch (...) {
+        connections_.pop_back();  // closes the descriptor
+        throw;
+      }
+    } catch (const std::exception& e) {
+      log(TUTTI_LOG_WARN, "lookup socket " + path_ + ": turned a client away: " + e.what());
+      ::poll(nullptr, 0, 10);
+    }
   }
 }
 
@@ -124,6 +137,7 @@ void LookupServer::serve(Connection& c) {
     lookup::Reply rp;
     std::string message;
     bool hang_up = false;  // the stream cannot be followed past a request it did not understand
+    bool payload_read = false;  // or past one whose salt and tokens it did not read
     try {
       if (rq.magic != lookup::kMagic || rq.version != lookup::kVersion) {
         hang_up = true;
@@ -142,6 +156,7 @@ void LookupServer::serve(Connection& c) {
       if (lookup::read_full(fd, salt.data(), salt.size()) != 0 ||
           lookup::read_full(fd, tokens.data(), tokens.size() * sizeof(int32_t)) != 0)
         break;
+      payload_read = true;
       switch (static_cast<lookup::Op>(rq.op)) {
         case lookup::Op::kLookup:
           rp.cached_tokens = handlers_.lookup(tokens, salt);
@@ -173,6 +188,7 @@ void LookupServer::serve(Connection& c) {
       rp.status = TUTTI_EINTERNAL;
       message = e.what();
     }
+    hang_up = hang_up || !payload_read;
     if (hang_up) log(TUTTI_LOG_WARN, "lookup socket " + path_ + ": hung up on a client: " + message);
     if (message.size() > lookup::kMaxMessage) message.resize(lookup::kMaxMessage);
     rp.message_len = static_cast<uint32_t>(message.size());
