@@ -219,12 +219,18 @@ void launch(cudaStream_t s, const CopyLayout& l, char* k, char* v, const ChunkCo
   const unsigned threads = 256, warps = threads / 32;
   const uint64_t runs = l.sides * (l.kv_bytes / l.run_bytes);
   const unsigned x = static_cast<unsigned>(std::min<uint64_t>((runs + warps - 1) / warps, 64));
-  const dim3 grid(x, static_cast<unsigned>(n));
-  if (vec_ok(l, k, v))
-    copy_layer<kToBlocks, true><<<grid, threads, 0, s>>>(l, k, v, chunks, ids, status, stage);
-  else
-    copy_layer<kToBlocks, false><<<grid, threads, 0, s>>>(l, k, v, chunks, ids, status, stage);
-  check(cudaGetLastError(), "copy kernel launch");
+  const bool vec = vec_ok(l, k, v);
+  constexpr size_t kMaxGridY = 65535;  // a chunk per grid row: a launch per slice of that many
+  for (size_t i = 0; i < n; i += kMaxGridY) {
+    const dim3 grid(x, static_cast<unsigned>(std::min(n - i, kMaxGridY)));
+    const int32_t* st = status ? status + i : nullptr;
+    char* sg = stage ? stage + i * l.sides * l.v_offset : nullptr;
+    if (vec)
+      copy_layer<kToBlocks, true><<<grid, threads, 0, s>>>(l, k, v, chunks + i, ids, st, sg);
+    else
+      copy_layer<kToBlocks, false><<<grid, threads, 0, s>>>(l, k, v, chunks + i, ids, st, sg);
+    check(cudaGetLastError(), "copy kernel launch");
+  }
   if (kToBlocks && terms) launch_terms(s, l, k, v, chunks, n, ids, status, terms, stage);
 }
 

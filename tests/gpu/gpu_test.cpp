@@ -1069,6 +1069,30 @@ INSTANTIATE_TEST_SUITE_P(Paths, GpuLoadDeadline,
                                   (std::string(info.param.io_mode) == "object" ? "_staged" : "_per_block");
                          });
 
+// A copy kernel gives each chunk a grid row, and a grid has at most 65535 rows: a layer of more
+// chunks goes in slices (mapped-cuda without device staging moves all of a batch's at once).
+TEST(GpuLaunch, MoreChunksThanAGridHasRows) {
+  constexpr uint32_t kChunks = 70000, kBt = 16;
+  Dir dir(true);
+  DeviceKv kv(1, kChunks, kBt, 1, 8, 0);
+  std::vector<int32_t> table = shuffled_blocks(kChunks, 7), tokens(size_t{kChunks} * kBt);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i * 7 + 5);
+  kv.fill(tokens, table.data());
+  tutti_runtime* rt = open_with({{"pool", dir.path + "/pool"},
+                                 {"capacity", "1G"},
+                                 {"chunk_tokens", "16"},
+                                 {"backend", "dram"},
+                                 {"device_staging", "0"}},
+                                kv.layout);
+  ASSERT_NE(rt, nullptr);
+  std::vector<tutti_request> r{whole_prompt(tokens, table.data(), kBt)};
+  ASSERT_EQ(run(rt, TUTTI_OP_STORE, r, 1), 0) << tutti_last_error();
+  kv.zero();
+  ASSERT_EQ(run(rt, TUTTI_OP_LOAD, r, 1), 0) << tutti_last_error();
+  EXPECT_EQ(kv.check(tokens, table.data(), 0, tokens.size()), "");
+  tutti_runtime_close(rt);
+}
+
 // A store from HBM through the mapped pool (backend dram) whose slot's tombstone cannot be
 // written must not write the slot: the record of the chunk that had it stays on disk, and a
 // reopen must find that chunk's own bytes there, never the failed store's. A pool of two slots
