@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -79,38 +80,41 @@ int cmd_fsck(int argc, char** argv) {
     problem(slot, std::string("record ") + describe(why));
     drop.push_back(slot);
   }
-  // A key in two records: the newer generation wins, as on open.
-  std::unordered_map<Key, const Record*, KeyHash> newest;
-  for (const auto& r : records) {
-    auto [it, fresh] = newest.emplace(r.key, &r);
-    if (fresh) continue;
-    const Record* loser = it->second->generation < r.generation ? it->second : &r;
-    if (loser != &r) it->second = &r;
-    if (!unchanged(*loser) || !unchanged(*it->second)) {
-      ++in_flux;
-      continue;
+  // Every record's data, read in pieces of at most 64 MiB (the layer sum is a sum of page
+  // terms): a superblock's layer size never decides how much memory fsck takes.
+  const uint64_t piece = std::min<uint64_t>(g.shape().layer_bytes(), 64ull << 20);
+  AlignedBuffer buf(records.empty() ? 4096 : piece);
+  // The checksum of the extent as it reads now; none, with *why, where it cannot be read.
+  auto read_sum = [&](const Extent& e, std::string* why) -> std::optional<uint64_t> {
+    const auto& f = pool->file(e.file);
+    uint64_t terms = 0;
+    for (uint64_t done = 0; done < e.length; done += piece) {
+      const uint64_t len = std::min(piece, e.length - done);
+      const ssize_t n = ::pread(f.fd.get(), buf.data(), len, static_cast<off_t>(e.offset + done));
+      if (n != static_cast<ssize_t>(len)) {
+        *why = n < 0 ? std::strerror(errno) : "short read";
+        return std::nullopt;
+      }
+      terms += page_terms(buf.data(), done / 4096, len / 4096);
     }
-    problem(loser->slot, "stale duplicate of a newer record of the same chunk");
-    drop.push_back(loser->slot);
-  }
-  AlignedBuffer buf(g.shape().layer_bytes());
+    return layer_sum_of_terms(terms, e.length);
+  };
   size_t bad_data = 0, verified = 0;
+  std::vector<bool> good(records.size(), false);
   double last = now_s();
   for (size_t i = 0; i < records.size(); ++i) {
     const auto& r = records[i];
-    bool good = true;
-    for (uint32_t l = 0; l < g.shape().layers && good; ++l) {
-      Extent e = g.layer_extent(r.slot, l);
-      const auto& f = pool->file(e.file);
-      ssize_t n = ::pread(f.fd.get(), buf.data(), e.length, static_cast<off_t>(e.offset));
-      std::string what;
-      if (n != static_cast<ssize_t>(e.length))
-        what = "layer " + std::to_string(l) + " cannot be read (" + (n < 0 ? std::strerror(errno) : "short read") + ")";
-      else if (layer_sum(buf.data(), e.length) != r.layer_sums[l])
+    bool ok = true;
+    for (uint32_t l = 0; l < g.shape().layers && ok; ++l) {
+      std::string why, what;
+      const std::optional<uint64_t> sum = read_sum(g.layer_extent(r.slot, l), &why);
+      if (!sum)
+        what = "layer " + std::to_string(l) + " cannot be read (" + why + ")";
+      else if (*sum != r.layer_sums[l])
         what = "layer " + std::to_string(l) + " fails its checksum";
       else
         continue;
-      good = false;
+      ok = false;
       if (!unchanged(r)) {
         ++in_flux;
         break;
@@ -119,11 +123,29 @@ int cmd_fsck(int argc, char** argv) {
       drop.push_back(r.slot);
       ++bad_data;
     }
-    verified += good;
+    good[i] = ok;
+    verified += ok;
     if (now_s() - last > 1.0) {
       std::fprintf(stderr, "  checked %zu of %zu chunks\n", i + 1, records.size());
       last = now_s();
     }
+  }
+  // A key in two records: the newest whose data verifies stays (open takes the newest, so a
+  // newer copy with bad data would otherwise take an older good one with it).
+  std::unordered_map<Key, size_t, KeyHash> keep;
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (!good[i]) continue;
+    auto [it, fresh] = keep.emplace(records[i].key, i);
+    if (fresh) continue;
+    const bool newer = records[it->second].generation < records[i].generation;
+    const Record& loser = newer ? records[it->second] : records[i];
+    if (newer) it->second = i;
+    if (!unchanged(loser) || !unchanged(records[it->second])) {
+      ++in_flux;
+      continue;
+    }
+    problem(loser.slot, "stale duplicate of a newer record of the same chunk");
+    drop.push_back(loser.slot);
   }
   std::sort(drop.begin(), drop.end());
   drop.erase(std::unique(drop.begin(), drop.end()), drop.end());
