@@ -207,7 +207,7 @@ TUTTI_API const char* tutti_last_error(void);
  *                    commit records. cpu (default): the thread that writes it (the scheduler
  *                    thread for dram) reads the stored bytes again; gpu: the gather's checksum
  *                    kernel hashes the same blocks, and the CPU only adds up its terms. gpu is
- *                    not yet the default: it has not run on a GPU machine.
+ *                    not the default: its GPU test fails (a prompt ending in a partial chunk).
  *   threads          posix, dram and cufile worker threads (default auto: the CPUs the process
  *                    may run on, less 4 left to the engine's own threads, from 4 to 16).
  *   store_nice       CPU nice value (0-19, default 19) of the threads that write stores:
