@@ -207,7 +207,8 @@ TUTTI_API const char* tutti_last_error(void);
  *                    commit records. cpu (default): the thread that writes it (the scheduler
  *                    thread for dram) reads the stored bytes again; gpu: the gather's checksum
  *                    kernel hashes the same blocks, and the CPU only adds up its terms. gpu is
- *                    not the default: its GPU test fails (a prompt ending in a partial chunk).
+ *                    not the default until its GPU test has passed (it failed by a fault of
+ *                    the test's own, since corrected).
  *   threads          posix, dram and cufile worker threads (default auto: the CPUs the process
  *                    may run on, less 4 left to the engine's own threads, from 4 to 16).
  *   store_nice       CPU nice value (0-19, default 19) of the threads that write stores:

@@ -280,12 +280,15 @@ TEST_P(GpuStoreSums, LoadsCheckAgainstGpuHashedStores) {
   std::vector<int32_t> tokens(n);
   for (uint32_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>(9000 + i * 7);
   kv.fill(tokens, st);
+  // token_end n, not TUTTI_TOKENS_ALL (whole chunks only): the store writes the partial chunk too
   std::vector<tutti_request> reqs{whole_prompt(tokens, st, bt)};
+  reqs[0].token_end = n;
   ASSERT_EQ(run(rt, TUTTI_OP_STORE, reqs, layers), 0) << tutti_last_error();
   size_t hit = 0;
   ASSERT_EQ(tutti_lookup(rt, tokens.data(), tokens.size(), nullptr, 0, &hit), 0);
   EXPECT_EQ(hit, n);
   reqs = {whole_prompt(tokens, ld, bt)};
+  reqs[0].token_end = n;
   ASSERT_EQ(run(rt, TUTTI_OP_LOAD, reqs, layers), 0) << tutti_last_error();  // ECORRUPT if a sum were off
   EXPECT_EQ(kv.check(tokens, ld, 0, n), "");
   tutti_runtime_close(rt);
