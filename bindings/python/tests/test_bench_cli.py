@@ -60,7 +60,7 @@ def test_every_row_of_a_tiny_sweep_on_the_cpu(tmp_path):
         assert (mode, "disk") in modes and (mode, "dram") in modes
     assert ("per_block", "disk") in modes and ("recompute", "none") in modes and ("floor", "hbm") in modes
     for x in rows:
-        assert x["logits_match"], x
+        assert x["logits_match"] is (None if x["mode"] == "recompute" else True), x  # recompute: the reference
         if x["mode"] not in ("recompute", "floor") and x.get("load_tokens", 1):
             assert x["logits_equal_floor"], x
     assert all("decision" in x for x in rows if x["mode"] == "hybrid")

@@ -8,6 +8,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed here")
 import tutti  # noqa: E402
 from tutti.layerwise import LayerStore, PagedKv, PrefixLoad, store  # noqa: E402
 from tutti.reference_llama import LlamaShape, ReferenceLlama  # noqa: E402
+from fixture import damage  # noqa: E402
 
 SHAPE = LlamaShape(layers=4, hidden=128, heads=4, kv_heads=2, head_dim=32, intermediate=256, vocab=512)
 BT, CT, BLOCKS = 16, 32, 64
@@ -114,6 +115,43 @@ def test_recomputed_head_and_loaded_tail_give_the_logits_of_a_full_recompute(tmp
         assert load.tokens == 2 * CT
         assert load.finish() == 2 * CT
     rt.close()
+
+
+def test_a_whole_cached_prompt_leaves_its_last_token_to_compute(tmp_path):
+    """A prompt of whole chunks, all cached: the load stops one token short, so the prefill
+    has the last token to compute and its logits are the full recompute's."""
+    model, tokens, full, second = stored_prompt(tmp_path, 11, 2, 0)
+    kv2 = new_kv()
+    rt = runtime(tmp_path, kv2)
+    with PrefixLoad(rt, tokens, second) as load:
+        assert load.tokens == 2 * CT - 1
+        last = model.prefill(tokens, kv2, second, prefix=load.tokens, before_attention=load.wait)
+        assert load.finish() == 2 * CT - 1
+    rt.close()
+    torch.testing.assert_close(last, full[-1:], rtol=1e-4, atol=1e-4)
+
+
+def test_a_damaged_chunk_ends_the_load_where_it_starts(tmp_path):
+    """finish() says where the KV that arrived ends (it does not raise): past a chunk that
+    fails its checksum the blocks hold nothing valid; before it, the prompt's KV."""
+    model, tokens, full, second = stored_prompt(tmp_path, 13, 4, 3)
+    damage(tmp_path / "pool", [2], "layer 1")  # the third chunk's slot
+    kv2 = new_kv()
+    rt = runtime(tmp_path, kv2)
+    with PrefixLoad(rt, tokens, second) as load:
+        assert load.tokens == 4 * CT
+        for layer in range(SHAPE.layers):
+            load.wait(layer)
+        got = load.finish()
+    rt.close()
+    assert got == 2 * CT
+    again = new_kv()
+    model.prefill(tokens, again, second)
+    for layer in range(SHAPE.layers):
+        k, v = kv2.read(layer, second, got)
+        k0, v0 = again.read(layer, second, got)
+        torch.testing.assert_close(k, k0, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(v, v0, rtol=1e-5, atol=1e-5)
 
 
 def test_a_miss_loads_nothing_and_computes_everything(tmp_path):

@@ -105,8 +105,6 @@ class PagedCache(DynamicCache):
             raise ValueError("PagedCache holds one prompt (batch 1)")
         begin = self.seen[layer_idx]
         self.kv.write(layer_idx, self.table, begin, key_states[0].transpose(0, 1), value_states[0].transpose(0, 1))
-        if self.written is not None:
-            self.written(layer_idx)
         self.seen[layer_idx] = end = begin + key_states.shape[2]
         if self.wait is not None and begin > 0:
             if self.events:
@@ -114,6 +112,10 @@ class PagedCache(DynamicCache):
             self.wait(layer_idx)
             if self.events:
                 self.events[layer_idx][1].record()
+        # After the wait: a store's first chunk may start inside the loaded prefix (a hit that
+        # ends inside a chunk), and must not read those rows before they landed.
+        if self.written is not None:
+            self.written(layer_idx)
         if begin == 0:  # nothing before: attend over the new tokens as they are
             return key_states, value_states
         k, v = self.kv.read(layer_idx, self.table, end)  # [end, kv_heads, head_dim]

@@ -23,7 +23,7 @@ PrefixLoad begin=head and prefill tokens[:head] first; the tail arrives meanwhil
 """
 from typing import Any, Optional
 
-from . import KvLayout, MEMORY_CUDA, MEMORY_HOST, Runtime
+from . import Error, KvLayout, MEMORY_CUDA, MEMORY_HOST, Runtime
 
 try:
     import torch
@@ -75,17 +75,18 @@ def _int32(x: Any) -> Any:
 
 class PrefixLoad:
     """The load of a prompt's cached prefix, layer by layer. `tokens` is where the cached KV ends
-    (0 on a miss: then wait() returns at once and nothing is submitted). `begin` skips a head
-    that is computed again instead (tutti.policy), `end` caps the load below the whole hit;
-    both may be any token."""
+    (0 on a miss: then wait() returns at once and nothing is submitted), at most the prompt's
+    length less one: the model computes at least its last token, whose logits are the answer.
+    `begin` skips a head that is computed again instead (tutti.policy), `end` caps the load
+    below that (or, given as the prompt's length, loads a whole cached prompt); both may be any
+    token."""
 
     def __init__(self, rt: Runtime, tokens: Any, block_table: Any, salt: Optional[bytes] = None,
                  stream: Any = None, begin: int = 0, end: Optional[int] = None):
         self._tokens, self._table = _int32(tokens), _int32(block_table)
         self._stream = stream
         self.tokens = rt.lookup(self._tokens, salt)
-        if end is not None:
-            self.tokens = min(self.tokens, end)
+        self.tokens = min(self.tokens, end if end is not None else max(len(self._tokens) - 1, 0))
         self.begin = min(begin, self.tokens)
         self._batch = None
         if self.tokens > self.begin:
@@ -106,7 +107,10 @@ class PrefixLoad:
         from there."""
         if self._batch is None:
             return self.tokens
-        self._batch.wait()
+        try:
+            self._batch.wait()
+        except Error:
+            pass  # a chunk failed: the result says where the KV that arrived ends
         got = self.begin + self._batch.result(0).tokens
         self._batch.close()
         self._batch = None
@@ -158,9 +162,14 @@ class LayerStore:
         self._batch.close()  # a batch not finished: stores nothing
 
 
-def store(rt: Runtime, tokens: Any, block_table: Any, begin: int = 0, salt: Optional[bytes] = None) -> int:
+def store(rt: Runtime, tokens: Any, block_table: Any, begin: int = 0, salt: Optional[bytes] = None,
+          stream: Any = None) -> int:
     """Stores the prompt's whole chunks from the chunk that holds token `begin` (the end of the
-    cached prefix) on; returns how many tokens are now in the pool past `begin`."""
+    cached prefix) on; returns how many tokens are now in the pool past `begin`. With CUDA in
+    use, first waits for `stream` (default: torch's current stream), on which the model wrote
+    the KV: tutti's copy kernels run on a stream of their own."""
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        (stream if stream is not None else torch.cuda.current_stream()).synchronize()
     with rt.batch("store") as b:
         b.add(_int32(tokens), _int32(block_table), token_begin=begin, salt=salt)
         b.submit()

@@ -265,19 +265,21 @@ class Bench:
         self.ref = logits
         samples_fit = [(self.n, 0, secs)]
         if not self.done_row(0, "none", "recompute"):
+            # the reference of every other row's check: nothing to check it against
             self.emit(dict(prefix=0, source="none", mode="recompute", backend="-", ttft_s=secs, ttft_samples=samples,
-                           bubble_ms_mean=0.0, bubble_ms_p99=0.0, load_gbps=0.0, cpu_s=cpu, **self.check(logits, -1)))
+                           bubble_ms_mean=0.0, bubble_ms_p99=0.0, load_gbps=0.0, cpu_s=cpu, logits_match=None))
         # A head pass alone (no prefix), for the profile; it writes the same KV again.
         head = self.n // 4
         _, _, hsecs, _, _ = self.timed(lambda mark: self.forward(self.tokens[:head], 0, self.table))
         samples_fit.append((head, 0, hsecs))
         for p in self.a.prefix:
             logits, _, secs, cpu, samples = self.timed(lambda mark: self.forward(self.tokens, p, self.table))
+            checked = self.check(logits, p)  # against the recompute (the floor is this row itself)
             self.floor[p] = logits
             samples_fit.append((self.n - p, p, secs))
             if not self.done_row(p, "hbm", "floor"):
                 self.emit(dict(prefix=p, source="hbm", mode="floor", backend="-", ttft_s=secs, ttft_samples=samples,
-                               bubble_ms_mean=0.0, bubble_ms_p99=0.0, load_gbps=0.0, cpu_s=cpu, **self.check(logits, p)))
+                               bubble_ms_mean=0.0, bubble_ms_p99=0.0, load_gbps=0.0, cpu_s=cpu, **checked))
         self.profile = Profile(model=self.a.model, layers=self.layers,
                                kv_bytes_per_token_layer=self.bytes_per_token_layer).fit(samples_fit)
 
