@@ -38,6 +38,16 @@ Staging::Buffer Staging::acquire() {
   return take();
 }
 
+std::vector<Staging::Buffer> Staging::acquire_n(size_t k) {
+  k = std::min(k, count_);
+  std::vector<Buffer> out;
+  out.reserve(k);
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return free_.size() >= k; });
+  while (out.size() < k) out.push_back(take());
+  return out;
+}
+
 bool Staging::try_acquire(Buffer* out) {
   std::lock_guard lock(mu_);
   if (free_.empty()) return false;
@@ -56,7 +66,7 @@ void Staging::release(const Buffer& b) {
     std::lock_guard lock(mu_);
     free_.push_back(b.id);
   }
-  cv_.notify_one();
+  cv_.notify_all();  // a taker of several may be among the waiters
 }
 
 }  // namespace tutti

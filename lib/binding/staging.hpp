@@ -33,6 +33,9 @@ class Staging {
   static uint64_t arena_bytes_for(uint64_t budget, uint64_t buffer_bytes);
 
   Buffer acquire();  // blocks until a buffer is free
+  // Blocks until `k` (at most count()) are free, and takes them at once: two takers of several
+  // never each hold part of what the other waits for.
+  std::vector<Buffer> acquire_n(size_t k);
   bool try_acquire(Buffer* out);
   void release(const Buffer& b);
 

@@ -50,6 +50,16 @@ class GpuUringRun final : public RunBase {
       set.copies_host = reinterpret_cast<gpu::ChunkCopy*>(set.targets_host + n);
       set.status_host = reinterpret_cast<const int32_t*>(set.copies_host + n);
     }
+    // The staging of every set, for the whole batch, taken here on the submitting thread and
+    // at once: taken layer by layer on the loader thread, a second batch's wait for buffers
+    // the first holds would stop the only thread that issues the first's remaining layers.
+    held_ = staging.acquire_n(sets * n);
+    for (size_t k = 0; k < sets; ++k)
+      for (size_t i = 0; i < n; ++i) {
+        const Staging::Buffer& b = held_[k * n + i];
+        sets_[k].targets_host[i] = gpu::IoTarget{reinterpret_cast<uint64_t>(b.data), static_cast<uint32_t>(b.region), 0};
+        sets_[k].copies_host[i] = gpu::ChunkCopy{staging.device_address(b), chunks_[i].first_block, chunks_[i].span};
+      }
   }
 
   ~GpuUringRun() override {
@@ -59,17 +69,6 @@ class GpuUringRun final : public RunBase {
 
   void issue(uint32_t layer) override {
     const size_t n = chunks_.size();
-    if (held_.empty()) {  // first layer: the staging of every set, for the whole batch
-      Staging& staging = *p_.staging;
-      for (Set& set : sets_) {
-        for (size_t i = 0; i < n; ++i) {
-          Staging::Buffer b = staging.acquire();
-          held_.push_back(b);
-          set.targets_host[i] = gpu::IoTarget{reinterpret_cast<uint64_t>(b.data), static_cast<uint32_t>(b.region), 0};
-          set.copies_host[i] = gpu::ChunkCopy{staging.device_address(b), chunks_[i].first_block, chunks_[i].span};
-        }
-      }
-    }
     const uint32_t k = static_cast<uint32_t>(layer % sets_.size());
     const Set& set = sets_[k];
     gpu::LayerLoad a;

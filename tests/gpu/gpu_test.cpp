@@ -1072,6 +1072,51 @@ INSTANTIATE_TEST_SUITE_P(Paths, GpuLoadDeadline,
                                   (std::string(info.param.io_mode) == "object" ? "_staged" : "_per_block");
                          });
 
+// gpu-uring takes a load's staging whole when the load is submitted. A second load submitted
+// while the first holds all of it waits there, on its submitter, for the first to land; taken
+// on the loader thread (as before), that wait stopped the thread that issues the first's
+// remaining layers, and both loads hung.
+TEST(GpuUring, TwoLoadsInFlightShareTheStaging) {
+  constexpr uint32_t kLayers = 4, kBt = 16, kBlocks = 40;
+  Dir dir;
+  DeviceKv kv(kLayers, kBlocks, kBt, 8, 128, 0);  // a chunk-layer of 64 tokens: 256 KiB
+  tutti_runtime* rt = open_with({{"pool", dir.path + "/pool"},
+                                 {"capacity", "256M"},
+                                 {"chunk_tokens", "64"},
+                                 {"backend", "gpu-uring"},
+                                 {"staging", "2M"},  // 8 chunk-layers: one layer of A takes them all
+                                 {"lookahead", "2"}},
+                                kv.layout);
+  ASSERT_NE(rt, nullptr);
+  std::vector<int32_t> table = shuffled_blocks(kBlocks, 21);
+  std::vector<int32_t> a(512), b(64);  // 8 chunks and 1
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<int32_t>(100 + i * 5);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<int32_t>(90000 + i * 3);
+  const int32_t* ta = table.data();
+  const int32_t* tb = table.data() + 32;
+  kv.fill(a, ta, 1);
+  kv.fill(b, tb, 2);
+  std::vector<tutti_request> ra{whole_prompt(a, ta, kBt)}, rb{whole_prompt(b, tb, kBt)};
+  ASSERT_EQ(run(rt, TUTTI_OP_STORE, ra, kLayers), 0) << tutti_last_error();
+  ASSERT_EQ(run(rt, TUTTI_OP_STORE, rb, kLayers), 0) << tutti_last_error();
+  kv.zero();
+  tutti_batch* la = nullptr;
+  tutti_batch* lb = nullptr;
+  ASSERT_EQ(tutti_batch_create(rt, TUTTI_OP_LOAD, &la), 0);
+  ASSERT_EQ(tutti_batch_add(la, ra.data(), 1), 0);
+  ASSERT_EQ(tutti_batch_submit(la), 0) << tutti_last_error();
+  ASSERT_EQ(tutti_batch_create(rt, TUTTI_OP_LOAD, &lb), 0);
+  ASSERT_EQ(tutti_batch_add(lb, rb.data(), 1), 0);
+  ASSERT_EQ(tutti_batch_submit(lb), 0) << tutti_last_error();  // waits for A's staging
+  EXPECT_EQ(tutti_batch_wait(lb), 0) << tutti_last_error();
+  EXPECT_EQ(tutti_batch_wait(la), 0) << tutti_last_error();
+  tutti_batch_destroy(la);
+  tutti_batch_destroy(lb);
+  EXPECT_EQ(kv.check(a, ta, 0, a.size(), 1), "");
+  EXPECT_EQ(kv.check(b, tb, 0, b.size(), 2), "");
+  tutti_runtime_close(rt);
+}
+
 // A copy kernel gives each chunk a grid row, and a grid has at most 65535 rows: a layer of more
 // chunks goes in slices (mapped-cuda without device staging moves all of a batch's at once).
 TEST(GpuLaunch, MoreChunksThanAGridHasRows) {

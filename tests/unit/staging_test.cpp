@@ -60,5 +60,29 @@ TEST(Staging, ABudgetBelowOneBufferStillHoldsOne) {
   s.release(b);
 }
 
+// Two takers of several buffers at once (gpu-uring loads take a whole batch's): each gets all
+// of its own or waits holding none, so the second goes on once the first gives its back.
+TEST(Staging, TakersOfSeveralNeverHoldPartOfWhatTheOtherWaitsFor) {
+  Staging s(8 * 4096, 4096);
+  std::vector<Staging::Buffer> first = s.acquire_n(6);
+  ASSERT_EQ(first.size(), 6u);
+  std::atomic<bool> got{false};
+  std::thread second([&] {
+    std::vector<Staging::Buffer> mine = s.acquire_n(6);  // 2 free: waits, taking none
+    got = true;
+    EXPECT_EQ(mine.size(), 6u);
+    for (const auto& b : mine) s.release(b);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(got.load());
+  Staging::Buffer b;
+  EXPECT_TRUE(s.try_acquire(&b)) << "the waiting taker holds some of the two free buffers";
+  s.release(b);
+  for (const auto& x : first) s.release(x);
+  second.join();
+  EXPECT_TRUE(got.load());
+  EXPECT_EQ(s.acquire_n(8).size(), 8u);
+}
+
 }  // namespace
 }  // namespace tutti
