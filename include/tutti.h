@@ -460,6 +460,9 @@ TUTTI_API int tutti_batch_create(tutti_runtime* rt, tutti_op op, tutti_batch** o
 /* Adds n requests (one call, however many blocks; it may be called again before submit, and
  * requests are numbered in the order added). Validates every block id and range. */
 TUTTI_API int tutti_batch_add(tutti_batch* b, const tutti_request* reqs, size_t n);
+/* Plans the batch (pins what it loads, claims slots for what it stores) and hands it to the
+ * runtime's threads; returns without waiting for I/O, except that a gpu-uring load first waits
+ * until the staging of its layers in flight is free (another gpu-uring load may hold it). */
 TUTTI_API int tutti_batch_submit(tutti_batch* b);
 /* Blocks until layer `layer` is done for the whole batch; with option load_timeout_ms, a load's
  * wait gives up after that long (TUTTI_EIO, every chunk of the batch failed; see there). */
