@@ -34,9 +34,10 @@ class IoOp {
   const iovec* iov = nullptr;
   int iovcnt = 0;
 
-  // Backend bookkeeping for short transfers.
+  // Backend bookkeeping for short transfers and interrupted ones.
   uint64_t done = 0;
   std::vector<iovec> rest;
+  uint32_t retries = 0;
 };
 
 struct BackendConfig {

@@ -25,6 +25,7 @@ namespace tutti {
 namespace {
 
 constexpr uint64_t kWakeTag = 1;  // user_data of the eventfd read; ops are pointers (never 1)
+constexpr uint32_t kMaxRetries = 8;  // an op interrupted (EINTR, EAGAIN) goes again at most this often
 
 class Ring {
  public:
@@ -114,7 +115,7 @@ class Ring {
       if (stop_.load() && inflight == 0 && next == todo.size()) break;
       while (inflight < depth_ && next < todo.size()) {
         IoOp* op = todo[next++];
-        op->done = 0;
+        op->done = 0, op->retries = 0;
         op->prepare();
         prep(op);
         ++inflight;
@@ -136,6 +137,10 @@ class Ring {
         if (cqe->res > 0 && op->done + static_cast<uint64_t>(cqe->res) < op->length) {
           op->done += static_cast<uint64_t>(cqe->res);  // short transfer: go on from there
           prep(op);
+          continue;
+        }
+        if ((cqe->res == -EINTR || cqe->res == -EAGAIN) && op->retries++ < kMaxRetries) {
+          prep(op);  // interrupted, nothing moved: again, as posix does (a few times at most)
           continue;
         }
         --inflight;
