@@ -37,22 +37,36 @@ ControllerInfo Lease::controller(uint32_t ctrl, uint32_t nsid) const {
   static_assert(sizeof id == 4096 && sizeof ns == 4096, "Identify data is 4 KiB");
   if (::ioctl(fd_.get(), TUTTI_IOC_CTRL_INFO, &req) != 0)
     fail_errno(errno, "tutti_kmod: controller " + std::to_string(ctrl) + ", namespace " + std::to_string(nsid));
-  ControllerInfo c;
+  ControllerInfo c = identify_info(id, ns, ctrl, nsid);
   c.bdf = req.bdf;
   c.max_queues = req.max_queues;
   c.mqes = req.mqes;
+  return c;
+}
+
+ControllerInfo identify_info(const nvme_id_ctrl& id, const nvme_id_ns& ns, uint32_t ctrl, uint32_t nsid) {
+  ControllerInfo c;
   // MDTS counts minimum-size (4 KiB) pages, 0 = no limit (then 2 MiB, a PRP list page's worth).
   c.max_bytes = id.mdts ? (4096u << std::min<uint32_t>(id.mdts, 19)) : (2u << 20);
-  const uint32_t sgls = id.sgls;  // SGLS bits 1:0: 01b any alignment, 10b dword aligned
-  c.sgl = (sgls & 3) != 0;
+  const uint32_t sgls = id.sgls;  // SGLS bits 1:0: 01b any alignment, 10b dword aligned, 11b reserved
+  c.sgl = (sgls & 3) == 1 || (sgls & 3) == 2;
   c.sgl_dword_aligned = (sgls & 3) == 2;
-  c.lba_bytes = 1u << ns.lbaf[ns.flbas & 0xf].ds;
+  const nvme_lbaf& f = ns.lbaf[ns.flbas & 0xf];
+  if (f.ms)
+    fail(TUTTI_EUNSUPPORTED, "tutti_kmod: namespace " + std::to_string(nsid) + " of controller " + std::to_string(ctrl) +
+                                 " is formatted with " + std::to_string(f.ms) +
+                                 " bytes of metadata per LBA, which the nvme backend does not move: use uring or posix "
+                                 "there, or a format without metadata");
+  if (f.ds < 9 || f.ds > 16)
+    fail(TUTTI_EUNSUPPORTED, "tutti_kmod: namespace " + std::to_string(nsid) + " has LBAs of 2^" + std::to_string(f.ds) +
+                                 " bytes; the nvme backend takes 512 B to 64 KiB");
+  c.lba_bytes = 1u << f.ds;
   // NLB is 16 bits: a command moves at most 65536 LBAs, whatever MDTS allows.
   c.max_bytes = static_cast<uint32_t>(std::min<uint64_t>(c.max_bytes, uint64_t{65536} * c.lba_bytes));
   c.lbas = ns.nsze;
   if (!c.lbas)
     fail(TUTTI_EUNSUPPORTED, "tutti_kmod: namespace " + std::to_string(nsid) + " is not attached to controller " +
-                                 std::to_string(ctrl) + " (" + c.bdf + ")");
+                                 std::to_string(ctrl));
   c.model.assign(id.mn, strnlen(id.mn, sizeof id.mn));
   c.subnqn.assign(id.subnqn, strnlen(id.subnqn, sizeof id.subnqn));
   while (!c.model.empty() && c.model.back() == ' ') c.model.pop_back();

@@ -14,6 +14,9 @@
 #include "common/fd.hpp"
 #include "kernels/nvme_cmd.hpp"
 
+struct nvme_id_ctrl;  // libnvme's <nvme/types.h>
+struct nvme_id_ns;
+
 namespace tutti::nvme {
 
 // What Identify says about a controller and one of its namespaces.
@@ -29,6 +32,12 @@ struct ControllerInfo {
   uint64_t lbas = 0;        // namespace size
   std::string model;
 };
+
+// ControllerInfo from Identify Controller and Identify Namespace (libnvme's types). Throws
+// TUTTI_EUNSUPPORTED for a namespace tutti cannot move data of: not attached, or formatted with
+// metadata per LBA (protection information, separate or extended), whose reads would want a
+// metadata buffer tutti does not give.
+ControllerInfo identify_info(const ::nvme_id_ctrl& id, const ::nvme_id_ns& ns, uint32_t ctrl, uint32_t nsid);
 
 // One open of /dev/tutti. Everything made through it is released with it, also by the kernel
 // if the process dies.

@@ -8,6 +8,9 @@
 
 #include "common/error.hpp"
 #include "nvme/io.hpp"
+#include "nvme/queue.hpp"
+
+#include <nvme/types.h>
 
 namespace tutti::nvme {
 namespace {
@@ -127,6 +130,33 @@ TEST(NvmePlan, RefusesMismatchedLengthsAndSplitLbas) {
   EXPECT_THROW(plan(ci, {{0, 0, 8192}}, {{&mem, 0, 4096}}, DataPointer::kSgl), Error);
   // PRP cannot join these two 2 KiB pieces, and a command cannot end inside a 4 KiB LBA.
   EXPECT_THROW(plan(ci, {{0, 0, 4096}}, {{&mem, 0, 2048}, {&mem, 8192 + 100, 2048}}, DataPointer::kPrp), Error);
+}
+
+// Identify as tutti reads it: a namespace with metadata per LBA (protection information) is
+// refused, since its reads would DMA metadata to an address tutti never gave; SGLS 11b is
+// reserved, not SGL support.
+TEST(NvmeIdentify, MetadataFormatsAreRefusedAndReservedSglsAreNoSgl) {
+  nvme_id_ctrl id{};
+  nvme_id_ns ns{};
+  ns.nsze = 1 << 20;
+  ns.flbas = 1;
+  ns.lbaf[1].ds = 12;
+  id.sgls = 1;
+  ControllerInfo c = identify_info(id, ns, 0, 1);
+  EXPECT_EQ(c.lba_bytes, 4096u);
+  EXPECT_TRUE(c.sgl);
+  id.sgls = 3;
+  EXPECT_FALSE(identify_info(id, ns, 0, 1).sgl);
+  ns.lbaf[1].ms = 8;  // 4096 + 8: protection information
+  try {
+    identify_info(id, ns, 0, 1);
+    ADD_FAILURE() << "a namespace with metadata was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), TUTTI_EUNSUPPORTED);
+  }
+  ns.lbaf[1].ms = 0;
+  ns.lbaf[1].ds = 40;  // 1 << 40 would not fit
+  EXPECT_THROW(identify_info(id, ns, 0, 1), Error);
 }
 
 }  // namespace
