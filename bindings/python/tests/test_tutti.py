@@ -337,6 +337,45 @@ def test_several_requests_and_a_range(tmp_path):
             assert (kv[l][:, tc[8:]] == POISON * 0x101).all(), f"layer {l}"
 
 
+def test_requests_from_a_generator_and_strided_tensors_keep_their_buffers(tmp_path):
+    """tutti reads a request's tokens and block table until the batch ends: the batch keeps
+    what add_many took from a generator, and a tensor tutti cannot read as it lies (a strided
+    view, another dtype) goes in as a contiguous int32 copy the request keeps."""
+    import gc
+    import weakref
+    torch = pytest.importorskip("torch", reason="torch is not installed here")
+    kv = make_kv()
+    tokens = np.arange(300, 428, dtype=np.int32)
+    table = np.arange(8, 16, dtype=np.int32)
+    fixture.fill(kv, tokens, table, seed=3)
+    with open_runtime(tmp_path, kv) as rt:
+        with rt.batch("store") as b:
+            refs = []
+
+            def requests():
+                t, bt = array.array("i", tokens), array.array("i", table)
+                refs.extend([weakref.ref(t), weakref.ref(bt)])
+                yield tutti.Request(t, bt)
+
+            b.add_many(requests())
+            gc.collect()
+            assert all(r() is not None for r in refs), "the batch let go of its request's buffers"
+            b.submit()
+            b.wait()
+        fixture.poison(kv)
+        # every other entry of a wider table, and tokens as int64: other numbers if read raw
+        wide = torch.zeros(16, dtype=torch.int32)
+        wide[::2] = torch.arange(20, 28, dtype=torch.int32)
+        other = wide[::2]
+        assert not other.is_contiguous()
+        with rt.batch("load") as b:
+            b.add(torch.from_numpy(tokens).long(), other)
+            b.submit()
+            b.wait()
+            assert b.result(0).tokens == 128
+        fixture.check(kv, tokens, np.arange(20, 28, dtype=np.int32), seed=3)
+
+
 def test_errors_are_exceptions_with_codes(tmp_path):
     with pytest.raises(tutti.Error) as e:
         tutti.Runtime(chunk_tokens="twelve")

@@ -18,6 +18,7 @@ is done, which Batch ensures by holding them.
 """
 
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple
 
@@ -92,7 +93,7 @@ class KvLayout:
     @classmethod
     def paged(cls, layers: int, blocks: int, block_tokens: int, kv_heads: int, head_dim: int, elem_bytes: int,
               k: Sequence[Any], v: Optional[Sequence[Any]] = None, v_offset: Optional[int] = None,
-              hnd: bool = False, memory: int = MEMORY_HOST, device: int = 0) -> "KvLayout":
+              hnd: bool = False, memory: Optional[int] = None, device: Optional[int] = None) -> "KvLayout":
         """Blocks of [block_tokens, kv_heads, head_dim] (NHD, vLLM) or [kv_heads, block_tokens,
         head_dim] (HND). `k`: per layer, its K tensor (or address); `v` the same for V, or None
         when each layer is one fused [2, blocks, ...] tensor whose V starts `v_offset` bytes in
@@ -101,8 +102,19 @@ class KvLayout:
         registered with); bare addresses are the caller's to keep valid."""
         raw = _c.tutti_kv_layout()
         _check(_c.tutti_kv_layout_init(raw, layers, blocks, block_tokens, kv_heads, head_dim, elem_bytes, int(hnd)))
-        raw.memory = memory
-        raw.device = device
+        # Memory and device: as the tensors say (given, they must agree); bare addresses: host.
+        cuda = {bool(t.is_cuda) for t in list(k) + list(v or []) if hasattr(t, "is_cuda")}
+        if len(cuda) > 1:
+            raise ValueError("the KV tensors are partly in CUDA memory, partly in host memory")
+        if cuda:
+            said = MEMORY_CUDA if cuda.pop() else MEMORY_HOST
+            if memory is not None and memory != said:
+                raise ValueError(f"memory={memory} but the KV tensors are in {'CUDA' if said == MEMORY_CUDA else 'host'} memory")
+            memory = said
+            if memory == MEMORY_CUDA and device is None:
+                device = k[0].device.index or 0
+        raw.memory = MEMORY_HOST if memory is None else memory
+        raw.device = device or 0
         if v is None:
             raw.v_offset = blocks * raw.block_stride if v_offset is None else v_offset
         side = blocks * raw.block_stride  # one K (or V) of a layer
@@ -183,10 +195,13 @@ class _Handle:
     def _destroy(self, raw) -> None:
         raise NotImplementedError
 
+    _closing = threading.Lock()  # two threads closing one handle: one of them destroys it
+
     def close(self) -> None:
-        if self._raw is not None:
-            self._destroy(self._raw)
-            self._raw = None
+        with _Handle._closing:
+            raw, self._raw = self._raw, None
+        if raw is not None:
+            self._destroy(raw)
 
     def _handle(self):
         if self._raw is None:
@@ -226,6 +241,16 @@ class KvEvent:
         return cls("removed", khi << 64 | klo)
 
 
+def _host_ints(x: Any) -> Any:
+    """A tensor as tutti reads it: contiguous int32 in host memory (a copy, kept by the request,
+    where it is not: tutti reads the memory itself, so a strided view or a CUDA tensor would
+    hand it other numbers or a device address)."""
+    if hasattr(x, "data_ptr") and hasattr(x, "is_contiguous"):
+        if getattr(x, "is_cuda", False) or str(getattr(x, "dtype", "")) != "torch.int32" or not x.is_contiguous():
+            return x.cpu().int().contiguous()
+    return x
+
+
 @dataclass
 class Request:
     tokens: Any
@@ -233,6 +258,9 @@ class Request:
     token_begin: int = 0
     token_end: Optional[int] = None  # None: the whole prompt; 0 (a lookup's miss): nothing
     salt: Optional[bytes] = None
+
+    def __post_init__(self):
+        self.tokens, self.block_table = _host_ints(self.tokens), _host_ints(self.block_table)
 
 
 @dataclass
@@ -262,9 +290,10 @@ class Batch(_Handle):
         return self.add_many([Request(tokens, block_table, token_begin, token_end, salt)])
 
     def add_many(self, requests: Sequence[Request]) -> int:
-        _check(_c.tutti_batch_add(self._handle(), list(requests)))
+        reqs = list(requests)  # (once: a generator gives its requests once)
+        _check(_c.tutti_batch_add(self._handle(), reqs))
         first = len(self._requests)
-        self._requests.extend(requests)
+        self._requests.extend(reqs)
         return first
 
     def submit(self) -> None:
