@@ -54,6 +54,7 @@ type Batch struct {
 
 // NewBatch creates an empty load or store batch.
 func (rt *Runtime) NewBatch(op Op) (*Batch, error) {
+	defer runtime.KeepAlive(rt)
 	h, err := rt.handle()
 	if err != nil {
 		return nil, err
@@ -75,6 +76,7 @@ func (b *Batch) handle() (*C.tutti_batch, error) {
 
 // Add adds requests before Submit.
 func (b *Batch) Add(reqs ...Request) error {
+	defer runtime.KeepAlive(b)
 	h, err := b.handle()
 	if err != nil || len(reqs) == 0 {
 		return err
@@ -97,6 +99,7 @@ func (b *Batch) Add(reqs ...Request) error {
 
 // Submit starts the batch: its layers are read (or written) in order from now on.
 func (b *Batch) Submit() error {
+	defer runtime.KeepAlive(b)
 	h, err := b.handle()
 	if err != nil {
 		return err
@@ -106,6 +109,7 @@ func (b *Batch) Submit() error {
 
 // WaitLayer blocks until layer is in place (load) or may be overwritten (store).
 func (b *Batch) WaitLayer(layer int) error {
+	defer runtime.KeepAlive(b)
 	h, err := b.handle()
 	if err != nil {
 		return err
@@ -115,6 +119,7 @@ func (b *Batch) WaitLayer(layer int) error {
 
 // WaitLayerAsync enqueues the wait on a CUDA stream (a cudaStream_t) instead of blocking.
 func (b *Batch) WaitLayerAsync(layer int, stream uintptr) error {
+	defer runtime.KeepAlive(b)
 	h, err := b.handle()
 	if err != nil {
 		return err
@@ -127,6 +132,7 @@ func (b *Batch) WaitLayerAsync(layer int, stream uintptr) error {
 // LayerReady says, for a StoreByLayer batch after Submit, that the blocks of layer now hold
 // what it stores (in CUDA memory: in the order of stream, a cudaStream_t; 0 elsewhere).
 func (b *Batch) LayerReady(layer int, stream uintptr) error {
+	defer runtime.KeepAlive(b)
 	h, err := b.handle()
 	if err != nil {
 		return err
@@ -139,6 +145,7 @@ func (b *Batch) LayerReady(layer int, stream uintptr) error {
 // Poll says how far the batch has come, without blocking: the layers done in order from layer
 // 0, and whether the whole batch is done.
 func (b *Batch) Poll() (int, bool, error) {
+	defer runtime.KeepAlive(b)
 	h, err := b.handle()
 	if err != nil {
 		return 0, false, err
@@ -151,6 +158,7 @@ func (b *Batch) Poll() (int, bool, error) {
 
 // Wait blocks until the batch is done (a store: committed); the first request error, if any.
 func (b *Batch) Wait() error {
+	defer runtime.KeepAlive(b)
 	h, err := b.handle()
 	if err != nil {
 		return err
@@ -160,6 +168,7 @@ func (b *Batch) Wait() error {
 
 // Result reports request i (after Wait).
 func (b *Batch) Result(i int) (Result, error) {
+	defer runtime.KeepAlive(b)
 	h, err := b.handle()
 	if err != nil {
 		return Result{}, err
@@ -177,6 +186,7 @@ func (b *Batch) Result(i int) (Result, error) {
 
 // ChunkStatus returns request i's per-chunk status codes (0 or a Code), after Wait.
 func (b *Batch) ChunkStatus(i int) ([]Code, error) {
+	defer runtime.KeepAlive(b)
 	h, err := b.handle()
 	if err != nil {
 		return nil, err

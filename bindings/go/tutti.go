@@ -96,10 +96,15 @@ func Version() string { return C.GoString(C.tutti_version_string()) }
 // VersionNumber is major*10000 + minor*100 + patch of the loaded library.
 func VersionNumber() uint { return uint(C.tutti_version_number()) }
 
-// Runtime is an open pool with (once registered) the engine's KV cache. Safe for concurrent use.
+// Runtime is an open pool with (once registered) the engine's KV cache. Safe for concurrent use;
+// Close it once, after the other calls have returned.
+//
+// Every method of Runtime, Batch, Lease and LookupClient keeps its receiver alive until its C
+// call has returned (runtime.KeepAlive): a finalizer would otherwise close a handle in use.
 type Runtime struct {
-	raw    *C.tutti_runtime
-	events sync.Mutex // tutti_runtime_events: one caller at a time
+	raw     *C.tutti_runtime
+	events  sync.Mutex // tutti_runtime_events: one caller at a time
+	closing sync.Mutex // two Closes close once
 }
 
 // Open validates options (tutti.h's keys: pool, capacity, chunk_tokens, backend, ...) and opens
@@ -129,6 +134,8 @@ func Open(options map[string]string) (*Runtime, error) {
 
 // Close closes the runtime (batches still open keep it alive until they are closed).
 func (rt *Runtime) Close() error {
+	rt.closing.Lock()
+	defer rt.closing.Unlock()
 	if rt.raw != nil {
 		C.tutti_runtime_close(rt.raw)
 		rt.raw = nil
@@ -146,6 +153,7 @@ func (rt *Runtime) handle() (*C.tutti_runtime, error) {
 
 // Backend names the backend in use ("uring", "posix", ...).
 func (rt *Runtime) Backend() string {
+	defer runtime.KeepAlive(rt)
 	h, err := rt.handle()
 	if err != nil {
 		return ""
@@ -179,6 +187,7 @@ type Layout struct {
 
 // RegisterKV registers the engine's KV cache and opens (or creates) the pool for its shape.
 func (rt *Runtime) RegisterKV(l Layout) error {
+	defer runtime.KeepAlive(rt)
 	h, err := rt.handle()
 	if err != nil {
 		return err
@@ -245,6 +254,7 @@ func bytesOf(b []byte) (unsafe.Pointer, C.size_t) {
 
 // Lookup returns how many leading tokens are cached (a multiple of chunk_tokens).
 func (rt *Runtime) Lookup(tokens []int32, salt []byte) (int, error) {
+	defer runtime.KeepAlive(rt)
 	h, err := rt.handle()
 	if err != nil {
 		return 0, err
@@ -265,6 +275,7 @@ type Lease struct {
 // LookupLease is Lookup that pins what it found until Release, or until ttlMs milliseconds have
 // passed (0: no expiry): a load meanwhile cannot miss it through eviction.
 func (rt *Runtime) LookupLease(tokens []int32, salt []byte, ttlMs uint32) (*Lease, error) {
+	defer runtime.KeepAlive(rt)
 	h, err := rt.handle()
 	if err != nil {
 		return nil, err
@@ -284,6 +295,7 @@ func (rt *Runtime) LookupLease(tokens []int32, salt []byte, ttlMs uint32) (*Leas
 
 // Release unpins what the lease holds; later calls do nothing.
 func (l *Lease) Release() {
+	defer runtime.KeepAlive(l)
 	if l.h != nil {
 		C.tutti_lease_release(l.h)
 		l.h = nil
@@ -296,7 +308,8 @@ func (l *Lease) Release() {
 // that finds the runtime closed or dead fails with EIO (count it as a miss); the next one
 // connects again. Safe for concurrent use (calls are taken in turn).
 type LookupClient struct {
-	h *C.tutti_lookup_client
+	h       *C.tutti_lookup_client
+	closing sync.Mutex // two Closes close once
 }
 
 // DialLookup connects to the runtime serving socketPath; timeoutMs bounds each call's wait
@@ -322,6 +335,7 @@ func (c *LookupClient) handle() (*C.tutti_lookup_client, error) {
 
 // Lookup is Runtime.Lookup in the serving runtime.
 func (c *LookupClient) Lookup(tokens []int32, salt []byte) (int, error) {
+	defer runtime.KeepAlive(c)
 	h, err := c.handle()
 	if err != nil {
 		return 0, err
@@ -336,6 +350,7 @@ func (c *LookupClient) Lookup(tokens []int32, salt []byte) (int, error) {
 // LookupLease is Runtime.LookupLease in the serving runtime: the cached tokens and the lease's
 // id. The lease ends with Release, ttlMs (0: none), or this client's connection.
 func (c *LookupClient) LookupLease(tokens []int32, salt []byte, ttlMs uint32) (int, uint64, error) {
+	defer runtime.KeepAlive(c)
 	h, err := c.handle()
 	if err != nil {
 		return 0, 0, err
@@ -352,6 +367,7 @@ func (c *LookupClient) LookupLease(tokens []int32, salt []byte, ttlMs uint32) (i
 
 // Release ends a lease of this client (one that already ended: nothing).
 func (c *LookupClient) Release(lease uint64) error {
+	defer runtime.KeepAlive(c)
 	h, err := c.handle()
 	if err != nil {
 		return err
@@ -361,6 +377,8 @@ func (c *LookupClient) Release(lease uint64) error {
 
 // Close closes the connection, ending its leases; later calls do nothing.
 func (c *LookupClient) Close() {
+	c.closing.Lock()
+	defer c.closing.Unlock()
 	if c.h != nil {
 		C.tutti_lookup_client_close(c.h)
 		c.h = nil
@@ -382,6 +400,7 @@ type Stats struct {
 
 // Stats returns the runtime's counters.
 func (rt *Runtime) Stats() (Stats, error) {
+	defer runtime.KeepAlive(rt)
 	h, err := rt.handle()
 	if err != nil {
 		return Stats{}, err
@@ -406,6 +425,7 @@ func (rt *Runtime) Stats() (Stats, error) {
 
 // LayerWaitNs returns, per layer, the time spent blocked in WaitLayer.
 func (rt *Runtime) LayerWaitNs() ([]uint64, error) {
+	defer runtime.KeepAlive(rt)
 	h, err := rt.handle()
 	if err != nil {
 		return nil, err
@@ -440,6 +460,7 @@ type Histogram struct {
 
 // Histogram reads one of the runtime's latency histograms.
 func (rt *Runtime) Histogram(kind HistogramKind) (Histogram, error) {
+	defer runtime.KeepAlive(rt)
 	h, err := rt.handle()
 	if err != nil {
 		return Histogram{}, err
@@ -467,6 +488,7 @@ type KvEvent struct {
 // Events returns the KV events since the last call (option kv_events), oldest first, at most
 // max, and how many were dropped because more were pending than the runtime keeps.
 func (rt *Runtime) Events(max int) ([]KvEvent, uint64, error) {
+	defer runtime.KeepAlive(rt)
 	h, err := rt.handle()
 	if err != nil || max <= 0 {
 		return nil, 0, err
