@@ -302,7 +302,7 @@ impl Runtime {
         // Safety: a live runtime; a valid out-pointer.
         check(unsafe { sys::tutti_batch_create(self.raw.as_ptr(), op, &mut raw) })?;
         let raw = NonNull::new(raw).ok_or_else(|| Error::new(EINVAL, "no batch"))?;
-        Ok(Batch { raw, _borrows: PhantomData })
+        Ok(Batch { raw, owned: Vec::new(), _borrows: PhantomData })
     }
 
     pub fn stats(&self) -> Result<Stats> {
@@ -398,6 +398,10 @@ impl Drop for Runtime {
 /// Load or store requests layer by layer. Dropping it waits for anything in flight.
 pub struct Batch<'a> {
     raw: NonNull<sys::tutti_batch>,
+    // Copies of the requests' tokens and block tables, which the runtime reads until the batch
+    // ends: owned by the batch, so one that is forgotten (mem::forget) leaks them rather than
+    // leaving the runtime to read what the caller freed.
+    owned: Vec<(Box<[i32]>, Box<[i32]>)>,
     _borrows: PhantomData<(&'a Runtime, &'a [i32])>,
 }
 
@@ -406,17 +410,20 @@ pub struct Batch<'a> {
 unsafe impl Send for Batch<'_> {}
 
 impl<'a> Batch<'a> {
-    /// Adds requests before submit. Their slices stay borrowed until the batch is dropped.
+    /// Adds requests before submit (the batch keeps copies of their tokens and block tables).
     pub fn add(&mut self, reqs: &[Request<'a>]) -> Result<()> {
+        let first = self.owned.len();
+        self.owned.extend(reqs.iter().map(|r| (Box::from(r.tokens), Box::from(r.block_table))));
         let c: Vec<sys::tutti_request> = reqs
             .iter()
-            .map(|r| {
+            .zip(&self.owned[first..])
+            .map(|(r, (tokens, table))| {
                 let (s, sn) = r.salt.map_or((ptr::null(), 0), |s| (s.as_ptr() as *const c_void, s.len()));
                 sys::tutti_request {
-                    tokens: r.tokens.as_ptr(),
-                    num_tokens: r.tokens.len(),
-                    block_table: r.block_table.as_ptr(),
-                    num_block_ids: r.block_table.len(),
+                    tokens: tokens.as_ptr(),
+                    num_tokens: tokens.len(),
+                    block_table: table.as_ptr(),
+                    num_block_ids: table.len(),
                     token_begin: r.token_begin,
                     token_end: r.token_end,
                     salt: s,
@@ -424,8 +431,9 @@ impl<'a> Batch<'a> {
                 }
             })
             .collect();
-        // Safety: a live batch; the array is valid for the call and the slices it points to
-        // are borrowed for 'a, which outlives the batch.
+        // Safety: a live batch; the array is valid for the call, the salts are copied by it,
+        // and the tokens and tables it points to are the batch's own boxes (their memory does
+        // not move when `owned` grows).
         check(unsafe { sys::tutti_batch_add(self.raw.as_ptr(), c.as_ptr(), c.len()) })
     }
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //! The Rust binding against a real pool: bytes stored are the bytes loaded (the pattern of the
-//! shared fixture, fixture/mod.rs), slices are borrowed, errors carry codes, a runtime is shared
+//! shared fixture, fixture/mod.rs), requests are copied by their batch, errors carry codes, a runtime is shared
 //! between threads.
 mod fixture;
 
@@ -63,6 +63,31 @@ fn store_lookup_load_layer_by_layer() {
     assert_eq!(waits.sum_ns, s.layer_wait_ns);
     assert_eq!(rt.histogram(tutti::HistogramKind::Store).unwrap().count, 1);
     drop(rt);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_forgotten_batch_reads_its_own_copies() {
+    // The batch copies its requests' tokens and block tables: forgetting a submitted load and
+    // then overwriting and dropping the table cannot send its KV to other blocks.
+    let dir = temp_dir("forget");
+    let mut kv = Kv::new();
+    let rt = open(&dir, &mut kv);
+    let tokens: Vec<i32> = (7000..7320).collect();
+    let stored: Vec<i32> = (0..20).collect();
+    kv.fill(&Prompt { tokens: &tokens, table: &stored, seed: 0 }, 0, tokens.len());
+    run(&rt, Op::Store, &[Request::new(&tokens, &stored)]).unwrap();
+    kv.poison();
+    let mut loaded: Vec<i32> = (20..40).collect();
+    let mut b = rt.batch(Op::Load).unwrap();
+    b.add(&[Request::new(&tokens, &loaded)]).unwrap();
+    b.submit().unwrap();
+    std::mem::forget(b);
+    loaded.iter_mut().for_each(|x| *x = 0); // other block ids, had the batch kept pointing here
+    drop(loaded);
+    drop(rt); // waits for every submitted batch, the forgotten one too
+    let into: Vec<i32> = (20..40).collect();
+    kv.check(&Prompt { tokens: &tokens, table: &into, seed: 0 }, 0, tokens.len(), 0..LAYERS);
     std::fs::remove_dir_all(dir).unwrap();
 }
 
