@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! The Rust binding against a real pool: bytes stored are the bytes loaded (the pattern of the
-//! shared fixture, fixture/mod.rs), requests are copied by their batch, errors carry codes, a runtime is shared
-//! between threads.
+//! shared fixture, fixture/mod.rs), requests are copied by their batch, errors carry codes, a
+//! runtime is shared between threads.
 mod fixture;
 
 use fixture::{open, temp_dir, Kv, Prompt, BLOCKS, LAYERS, POISON};
