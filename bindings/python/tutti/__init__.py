@@ -242,9 +242,9 @@ class KvEvent:
 
 
 def _host_ints(x: Any) -> Any:
-    """A tensor as tutti reads it: contiguous int32 in host memory (a copy, kept by the request,
-    where it is not: tutti reads the memory itself, so a strided view or a CUDA tensor would
-    hand it other numbers or a device address)."""
+    """A tensor as tutti reads it: contiguous int32 in host memory (a copy where it is not, which
+    a request keeps: tutti reads the memory itself, so a strided view or a CUDA tensor would
+    hand it other numbers or a device address). Every call that takes tokens or block ids."""
     if hasattr(x, "data_ptr") and hasattr(x, "is_contiguous"):
         if getattr(x, "is_cuda", False) or str(getattr(x, "dtype", "")) != "torch.int32" or not x.is_contiguous():
             return x.cpu().int().contiguous()
@@ -363,13 +363,13 @@ class LookupClient(_Handle):
 
     def lookup(self, tokens, salt: Optional[bytes] = None) -> int:
         """Runtime.lookup in the serving runtime."""
-        hit, _ = _split(_c.tutti_lookup_client_query(self._handle(), tokens, salt, 0, False))
+        hit, _ = _split(_c.tutti_lookup_client_query(self._handle(), _host_ints(tokens), salt, 0, False))
         return hit
 
     def lookup_lease(self, tokens, salt: Optional[bytes] = None, ttl_ms: int = 0) -> Tuple[int, int]:
         """Runtime.lookup_lease in the serving runtime: (cached tokens, lease id). The lease ends
         with release(id), ttl_ms (0: none), or this client's connection."""
-        hit, lease = _split(_c.tutti_lookup_client_query(self._handle(), tokens, salt, ttl_ms, True))
+        hit, lease = _split(_c.tutti_lookup_client_query(self._handle(), _host_ints(tokens), salt, ttl_ms, True))
         return hit, lease
 
     def release(self, lease: int) -> None:
@@ -409,12 +409,12 @@ class Runtime(_Handle):
     def lookup(self, tokens, salt: Optional[bytes] = None) -> int:
         """How many leading tokens are cached: whole chunks, then the longest partial chunk
         that follows them (a multiple of partial_tokens)."""
-        return _split(_c.tutti_lookup(self._handle(), tokens, salt))
+        return _split(_c.tutti_lookup(self._handle(), _host_ints(tokens), salt))
 
     def lookup_lease(self, tokens, salt: Optional[bytes] = None, ttl_ms: int = 0) -> Lease:
         """lookup, and what it found stays pinned (never evicted) until the lease is closed or
         ttl_ms have passed (0: no expiry), so a load submitted meanwhile cannot miss it."""
-        hit, raw = _split(_c.tutti_lookup_lease(self._handle(), tokens, salt, ttl_ms))
+        hit, raw = _split(_c.tutti_lookup_lease(self._handle(), _host_ints(tokens), salt, ttl_ms))
         return Lease(raw, hit, self)
 
     def batch(self, op: str) -> Batch:

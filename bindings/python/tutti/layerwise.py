@@ -23,7 +23,7 @@ PrefixLoad begin=head and prefill tokens[:head] first; the tail arrives meanwhil
 """
 from typing import Any, Optional
 
-from . import Error, KvLayout, MEMORY_CUDA, MEMORY_HOST, Runtime
+from . import Error, KvLayout, MEMORY_CUDA, MEMORY_HOST, Runtime, _host_ints
 
 try:
     import torch
@@ -67,12 +67,6 @@ class PagedKv:
         return self.kv[layer][0, blocks, offs], self.kv[layer][1, blocks, offs]
 
 
-def _int32(x: Any) -> Any:
-    if torch is not None and isinstance(x, torch.Tensor):
-        return x.to(torch.int32).cpu().contiguous()
-    return x
-
-
 class PrefixLoad:
     """The load of a prompt's cached prefix, layer by layer. `tokens` is where the cached KV ends
     (0 on a miss: then wait() returns at once and nothing is submitted), at most the prompt's
@@ -83,7 +77,7 @@ class PrefixLoad:
 
     def __init__(self, rt: Runtime, tokens: Any, block_table: Any, salt: Optional[bytes] = None,
                  stream: Any = None, begin: int = 0, end: Optional[int] = None):
-        self._tokens, self._table = _int32(tokens), _int32(block_table)
+        self._tokens, self._table = _host_ints(tokens), _host_ints(block_table)
         self._stream = stream
         self.tokens = rt.lookup(self._tokens, salt)
         self.tokens = min(self.tokens, end if end is not None else max(len(self._tokens) - 1, 0))
@@ -134,11 +128,10 @@ class LayerStore:
 
     def __init__(self, rt: Runtime, tokens: Any, block_table: Any, begin: int = 0, salt: Optional[bytes] = None,
                  stream: Any = None):
-        self._tokens, self._table = _int32(tokens), _int32(block_table)  # kept alive while tutti reads them
         self._stream = stream
         self._batch = rt.batch("store_by_layer")
         try:
-            self._batch.add(self._tokens, self._table, token_begin=begin, salt=salt)
+            self._batch.add(tokens, block_table, token_begin=begin, salt=salt)  # the batch keeps them
             self._batch.submit()
         except BaseException:
             self._batch.close()
@@ -171,7 +164,7 @@ def store(rt: Runtime, tokens: Any, block_table: Any, begin: int = 0, salt: Opti
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         (stream if stream is not None else torch.cuda.current_stream()).synchronize()
     with rt.batch("store") as b:
-        b.add(_int32(tokens), _int32(block_table), token_begin=begin, salt=salt)
+        b.add(tokens, block_table, token_begin=begin, salt=salt)
         b.submit()
         b.wait()
         return b.result(0).tokens

@@ -961,13 +961,19 @@ class TuttiConnector(KVConnectorBase_V1):
         """The blocks of a load's range past where its arrived KV ends."""
         return s.block_ids[got // self._block_size:_ceil_div(s.end, self._block_size)]
 
+    def _lost_blocks(self, load: _Load) -> Set[int]:
+        """The blocks of a collected load's chunks that did not arrive (a whole load may end
+        inside its last block: that block is good)."""
+        return {b for s, got in zip(load.specs, load.got) if got < s.end for b in self._lost(s, got)}
+
+    def _mark_bad(self, blocks: Set[int]) -> None:
+        for b in blocks:
+            self._bad.setdefault(b, self._reports + 1)  # goes out with the next report
+
     def _note_failures(self, load: _Load) -> None:
         """Waits for a load; the blocks of chunks that did not arrive become bad."""
         self._collect(load)
-        for s, got in zip(load.specs, load.got):
-            if got < s.end:  # (a whole load may end inside its last block: that block is good)
-                for b in self._lost(s, got):
-                    self._bad.setdefault(b, self._reports + 1)  # goes out with the next report
+        self._mark_bad(self._lost_blocks(load))
 
     def _report(self, load: _Load) -> None:
         """Reports the blocks of chunks that did not arrive to vLLM; the scheduler of this
@@ -1004,10 +1010,7 @@ class TuttiConnector(KVConnectorBase_V1):
         KV, so a block one rank failed to load is bad on all of them. The ranks exchange their
         failed blocks (one all-gather on vLLM's TP CPU group, in each step with loads, which
         every rank has alike); without the group, every block of the load counts as failed."""
-        own: Set[int] = set()
-        for s, got in zip(load.specs, load.got):
-            if got < s.end:
-                own.update(self._lost(s, got))
+        own = self._lost_blocks(load)
         group = _tp_cpu_group()
         try:
             if group is None:
@@ -1023,8 +1026,7 @@ class TuttiConnector(KVConnectorBase_V1):
                           "loads are reported failed and recomputed; use load_async", e)
             load.got = [s.begin for s in load.specs]
             return
-        for b in others:
-            self._bad.setdefault(b, self._reports + 1)  # goes out with the next report
+        self._mark_bad(others)
         self._invalid.update(others)
 
     def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
