@@ -43,7 +43,9 @@ std::vector<Staging::Buffer> Staging::acquire_n(size_t k) {
   std::vector<Buffer> out;
   out.reserve(k);
   std::unique_lock lock(mu_);
+  ++bulk_waiters_;
   cv_.wait(lock, [&] { return free_.size() >= k; });
+  --bulk_waiters_;
   while (out.size() < k) out.push_back(take());
   return out;
 }
@@ -62,11 +64,18 @@ Staging::Buffer Staging::take() {
 }
 
 void Staging::release(const Buffer& b) {
+  bool bulk;
   {
     std::lock_guard lock(mu_);
     free_.push_back(b.id);
+    bulk = bulk_waiters_ > 0;
   }
-  cv_.notify_all();  // a taker of several may be among the waiters
+  // One buffer wakes one waiter, unless a taker of several waits: the one woken might be it,
+  // still short, and the buffer would wait with a waiter of one asleep.
+  if (bulk)
+    cv_.notify_all();
+  else
+    cv_.notify_one();
 }
 
 }  // namespace tutti

@@ -63,6 +63,7 @@ class Staging {
   std::vector<iovec> regions_;
   std::mutex mu_;
   std::condition_variable cv_;
+  unsigned bulk_waiters_ = 0;  // acquire_n callers asleep; under mu_
   std::vector<uint32_t> free_;
 };
 
