@@ -327,12 +327,20 @@ Device::Device(int ordinal) : ordinal_(ordinal) {
   cudaEvent_t e;
   check(cudaEventCreateWithFlags(&e, cudaEventBlockingSync | cudaEventDisableTiming), "cudaEventCreate");
   gathered_ = e;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  dma_stream_ = s;
+  for (int h = 0; h < 2; ++h)
+    for (void** at : {&half_filled_[h], &half_emptied_[h]}) {
+      check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+      *at = e;
+    }
 }
 
 Device::~Device() {
   cudaSetDevice(ordinal_);
   cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
   cudaStreamSynchronize(static_cast<cudaStream_t>(gather_stream_));
+  cudaStreamSynchronize(static_cast<cudaStream_t>(dma_stream_));
   cudaFree(load_stage_.base);
   cudaFree(store_stage_.base);
   if (control_) cudaFreeHost(control_);
@@ -340,6 +348,11 @@ Device::~Device() {
   cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
   cudaStreamDestroy(static_cast<cudaStream_t>(gather_stream_));
   cudaEventDestroy(static_cast<cudaEvent_t>(gathered_));
+  cudaStreamDestroy(static_cast<cudaStream_t>(dma_stream_));
+  for (int h = 0; h < 2; ++h) {
+    cudaEventDestroy(static_cast<cudaEvent_t>(half_filled_[h]));
+    cudaEventDestroy(static_cast<cudaEvent_t>(half_emptied_[h]));
+  }
   for (void* e : queued_events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
 }
 
@@ -551,14 +564,24 @@ void Device::scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, siz
     if (n && from_host && load_stage_.base) {
       // Through the copy engines into device staging, then an HBM-to-HBM scatter: the scatter
       // kernel's warps no longer sit on PCIe reads while the engine's kernels want the SMs.
-      // Calls from several I/O threads share the staging: one at a time.
+      // Calls from several I/O threads share the staging: one at a time. The halves take turns:
+      // a half's DMA waits for the scatter that last emptied it, its scatter for its DMA.
+      const uint64_t extent = l.sides * l.v_offset;
+      const size_t per_half = std::max<size_t>(1, load_stage_.chunks / 2);
+      auto dma = static_cast<cudaStream_t>(dma_stream_);
       std::lock_guard lock(load_stage_.mu);
-      for (size_t i = 0; i < n; i += load_stage_.chunks) {
-        const size_t m = std::min(n - i, load_stage_.chunks);
-        copy_stage(s, load_stage_.base, list + i, st ? st + i : nullptr, m, l.sides * l.v_offset, true);
+      for (size_t i = 0; i < n; i += per_half) {
+        const size_t m = std::min(n - i, per_half);
+        const unsigned h = load_stage_.chunks >= 2 ? (next_half_ ^= 1) : 0;
+        char* stage = load_stage_.base + h * per_half * extent;
+        auto filled = static_cast<cudaEvent_t>(half_filled_[h]), emptied = static_cast<cudaEvent_t>(half_emptied_[h]);
+        check(cudaStreamWaitEvent(dma, emptied, 0), "cudaStreamWaitEvent");
+        copy_stage(dma, stage, list + i, st ? st + i : nullptr, m, extent, true);
+        check(cudaEventRecord(filled, dma), "cudaEventRecord");
+        check(cudaStreamWaitEvent(s, filled, 0), "cudaStreamWaitEvent");
         launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), list + i, m,
-                     reinterpret_cast<const int32_t*>(ids), st ? st + i : nullptr, sums ? sums + i : nullptr,
-                     load_stage_.base);
+                     reinterpret_cast<const int32_t*>(ids), st ? st + i : nullptr, sums ? sums + i : nullptr, stage);
+        check(cudaEventRecord(emptied, s), "cudaEventRecord");
       }
     } else if (n) {
       launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), list, n,
@@ -567,6 +590,7 @@ void Device::scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, siz
     check(cudaLaunchHostFunc(s, done, arg), "cudaLaunchHostFunc");
   } catch (...) {
     // The caller then fails the layer and frees its staging: nothing queued may still use it.
+    cudaStreamSynchronize(static_cast<cudaStream_t>(dma_stream_));
     cudaStreamSynchronize(s);
     throw;
   }
