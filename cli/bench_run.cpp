@@ -93,7 +93,7 @@ RunResult run_once(const BenchArgs& a, const Printer& print, KvCache& kv, const 
     tutti_stats s0{}, s1{};
     s0.struct_size = s1.struct_size = sizeof(tutti_stats);
     tutti_runtime_stats(rt, &s0);
-    const ThreadCpu k0 = thread_cpu_by_kind();
+    const ThreadSample k0 = sample_threads();
     double p0 = process_cpu_s(), t0 = now_s();
     double c0 = thread_cpu_s();
     tutti_batch* b = nullptr;
@@ -104,7 +104,7 @@ RunResult run_once(const BenchArgs& a, const Printer& print, KvCache& kv, const 
     if (!r) r = tutti_batch_wait(b);
     double c1 = thread_cpu_s();
     double t1 = now_s(), p1 = process_cpu_s();
-    const ThreadCpu k1 = thread_cpu_by_kind();
+    const ThreadCpu k = thread_cpu_between(k0, sample_threads());
     tutti_runtime_stats(rt, &s1);
     size_t moved = 0;
     for (size_t i = 0; i < reqs.size() && !r; ++i) {
@@ -124,8 +124,9 @@ RunResult run_once(const BenchArgs& a, const Printer& print, KvCache& kv, const 
     row.cpu_us_layer = (c1 - c0) * 1e6 / m.layers;
     row.io_cpu_us_layer = (p1 - p0) * 1e6 / m.layers;
     row.cpu_s_per_gb = row.bytes ? (p1 - p0) / (static_cast<double>(row.bytes) / 1e9) : 0;
-    row.sched_us_layer = (k1.sched - k0.sched) * 1e6 / m.layers;
-    row.sqpoll_us_layer = (k1.sqpoll - k0.sqpoll) * 1e6 / m.layers;
+    row.sched_us_layer = k.sched * 1e6 / m.layers;
+    row.sqpoll_us_layer = k.sqpoll * 1e6 / m.layers;
+    row.workers_us_layer = k.workers * 1e6 / m.layers;
     row.ios_layer = static_cast<double>(s1.ios - s0.ios) / m.layers;
     if (!a.dram_tier.empty() && op == TUTTI_OP_LOAD) {
       const uint64_t hits = s1.tier_hits - s0.tier_hits, all = hits + s1.tier_misses - s0.tier_misses;

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -30,8 +31,8 @@ double process_cpu_s() {
          static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
 }
 
-ThreadCpu thread_cpu_by_kind() {
-  ThreadCpu out;
+ThreadSample sample_threads() {
+  ThreadSample out;
   DIR* d = ::opendir("/proc/self/task");
   if (!d) return out;
   while (dirent* e = ::readdir(d)) {
@@ -42,17 +43,32 @@ ThreadCpu thread_cpu_by_kind() {
     if (!f) continue;
     bool got = std::fgets(comm, sizeof comm, f) != nullptr;
     std::fclose(f);
+    const std::string name(comm);
+    int kind = -1;
+    if (name.rfind("tutti-sched", 0) == 0 || name.rfind("tutti-waker", 0) == 0) kind = 0;
+    else if (name.rfind("iou-sqp", 0) == 0) kind = 1;
+    else if (name.rfind("iou-wrk", 0) == 0) kind = 2;
+    if (!got || kind < 0) continue;
     f = std::fopen((task + "/schedstat").c_str(), "r");
     if (!f) continue;
-    got = got && std::fgets(stat, sizeof stat, f) != nullptr;
+    got = std::fgets(stat, sizeof stat, f) != nullptr;
     std::fclose(f);
-    if (!got) continue;
-    const double sec = std::strtod(stat, nullptr) * 1e-9;
-    const std::string name(comm);
-    if (name.rfind("tutti-sched", 0) == 0 || name.rfind("tutti-waker", 0) == 0) out.sched += sec;
-    else if (name.rfind("iou-sqp", 0) == 0) out.sqpoll += sec;
+    if (got) out.tasks.push_back({std::strtol(e->d_name, nullptr, 10), kind, std::strtod(stat, nullptr) * 1e-9});
   }
   ::closedir(d);
+  std::sort(out.tasks.begin(), out.tasks.end(), [](const auto& a, const auto& b) { return a.tid < b.tid; });
+  return out;
+}
+
+ThreadCpu thread_cpu_between(const ThreadSample& before, const ThreadSample& after) {
+  ThreadCpu out;
+  auto b = before.tasks.begin();
+  for (const auto& t : after.tasks) {
+    while (b != before.tasks.end() && b->tid < t.tid) ++b;
+    const double since = b != before.tasks.end() && b->tid == t.tid ? b->seconds : 0;  // 0: born between
+    double* sum = t.kind == 0 ? &out.sched : t.kind == 1 ? &out.sqpoll : &out.workers;
+    *sum += t.seconds - since;
+  }
   return out;
 }
 

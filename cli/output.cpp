@@ -14,9 +14,9 @@ namespace tutti::cli {
 
 void Printer::header() const {
   if (json) return;
-  std::printf("%-10s %-9s %-20s %8s %7s %8s %12s %14s %14s %15s %10s %s\n", "bench", "backend", "io_mode", "GB/s",
-              "x raw", "cpu s/GB", "cpu us/layer", "io cpu us/layer", "sched us/layer", "sqpoll us/layer", "I/Os/layer",
-              "verified");
+  std::printf("%-10s %-9s %-20s %8s %7s %8s %12s %14s %14s %15s %14s %10s %s\n", "bench", "backend", "io_mode", "GB/s",
+              "x raw", "cpu s/GB", "cpu us/layer", "io cpu us/layer", "sched us/layer", "sqpoll us/layer", "io-wq us/layer",
+              "I/Os/layer", "verified");
 }
 
 void Printer::row(const Row& r) const {
@@ -25,13 +25,14 @@ void Printer::row(const Row& r) const {
         "{\"run\":%zu,\"bench\":\"%s\",\"backend\":\"%s\",\"io_mode\":\"%s\",\"memory\":\"%s\",\"direct\":%s,\"model\":\"%s\",\"tokens\":%zu,"
         "\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.3f,\"ratio_to_raw\":%.3f,\"cpu_us_per_layer\":%s,"
         "\"io_cpu_us_per_layer\":%s,\"sched_cpu_us_per_layer\":%s,\"sqpoll_cpu_us_per_layer\":%s,"
-        "\"ios_per_layer\":%s,\"cpu_s_per_gb\":%s,\"tier_hit_ratio\":%s,\"verified\":%s}\n",
+        "\"workers_cpu_us_per_layer\":%s,\"ios_per_layer\":%s,\"cpu_s_per_gb\":%s,\"tier_hit_ratio\":%s,\"verified\":%s}\n",
         r.run, r.bench.c_str(), r.backend.c_str(), r.io_mode.c_str(), memory, r.direct ? "true" : "false",
         model, tokens,
         r.bytes, r.seconds, r.gbps, r.ratio, r.has_cpu ? std::to_string(r.cpu_us_layer).c_str() : "null",
         r.has_cpu ? std::to_string(r.io_cpu_us_layer).c_str() : "null",
         r.has_cpu ? std::to_string(r.sched_us_layer).c_str() : "null",
         r.has_cpu ? std::to_string(r.sqpoll_us_layer).c_str() : "null",
+        r.has_cpu ? std::to_string(r.workers_us_layer).c_str() : "null",
         r.has_cpu ? std::to_string(r.ios_layer).c_str() : "null",
         r.cpu_s_per_gb >= 0 ? std::to_string(r.cpu_s_per_gb).c_str() : "null",
         r.tier_hit_ratio >= 0 ? std::to_string(r.tier_hit_ratio).c_str() : "null", r.verified ? "true" : "false");
@@ -39,12 +40,12 @@ void Printer::row(const Row& r) const {
     char per_gb[16] = "-";
     if (r.cpu_s_per_gb >= 0) std::snprintf(per_gb, sizeof per_gb, "%.3f", r.cpu_s_per_gb);
     if (!r.has_cpu)
-      std::printf("%-10s %-9s %-20s %8.2f %7.2f %8s %12s %14s %14s %15s %10s %s\n", r.bench.c_str(), r.backend.c_str(),
-                  r.io_mode.c_str(), r.gbps, r.ratio, per_gb, "-", "-", "-", "-", "-", "-");
+      std::printf("%-10s %-9s %-20s %8.2f %7.2f %8s %12s %14s %14s %15s %14s %10s %s\n", r.bench.c_str(), r.backend.c_str(),
+                  r.io_mode.c_str(), r.gbps, r.ratio, per_gb, "-", "-", "-", "-", "-", "-", "-");
     else
-      std::printf("%-10s %-9s %-20s %8.2f %7.2f %8s %12.1f %14.1f %14.1f %15.1f %10.0f %s\n", r.bench.c_str(),
+      std::printf("%-10s %-9s %-20s %8.2f %7.2f %8s %12.1f %14.1f %14.1f %15.1f %14.1f %10.0f %s\n", r.bench.c_str(),
                   r.backend.c_str(), r.io_mode.c_str(), r.gbps, r.ratio, per_gb, r.cpu_us_layer, r.io_cpu_us_layer,
-                  r.sched_us_layer, r.sqpoll_us_layer, r.ios_layer, r.verified ? "yes" : "NO");
+                  r.sched_us_layer, r.sqpoll_us_layer, r.workers_us_layer, r.ios_layer, r.verified ? "yes" : "NO");
   }
   std::fflush(stdout);
 }

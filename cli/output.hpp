@@ -16,7 +16,7 @@ struct Row {
   bool direct = false;
   uint64_t bytes = 0;
   double seconds = 0, gbps = 0, ratio = 0, cpu_us_layer = 0, io_cpu_us_layer = 0, ios_layer = 0;
-  double sched_us_layer = 0, sqpoll_us_layer = 0;
+  double sched_us_layer = 0, sqpoll_us_layer = 0, workers_us_layer = 0;
   double cpu_s_per_gb = -1;    // CPU seconds of the whole process per GB moved; -1: not measured
   double tier_hit_ratio = -1;  // loads: share of chunk-layers the DRAM tier served; -1 without one
   bool verified = false;
