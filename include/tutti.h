@@ -203,12 +203,11 @@ TUTTI_API const char* tutti_last_error(void);
  *                    SQPOLL thread). auto (default): for pool files whose bytes the CPU copies
  *                    in the submitting thread: tmpfs, ramfs, and block devices that are memory
  *                    (zram, which also decompresses there; brd; pmem).
- *   store_sums       cpu | gpu: who computes the checksums of a store from CUDA memory for its
- *                    commit records. cpu (default): the thread that writes it (the scheduler
- *                    thread for dram) reads the stored bytes again; gpu: the gather's checksum
- *                    kernel hashes the same blocks, and the CPU only adds up its terms. gpu is
- *                    not the default until its GPU test has passed (it failed by a fault of
- *                    the test's own, since corrected).
+ *   store_sums       gpu | cpu: who computes the checksums of a store from CUDA memory for its
+ *                    commit records. gpu (default): the gather's checksum kernel hashes the
+ *                    blocks it gathers, and the CPU only adds up its terms; cpu: the thread
+ *                    that writes it (the scheduler thread for dram) reads the stored bytes
+ *                    again (dram stores from HBM then run at a fifth of the speed).
  *   threads          posix, dram and cufile worker threads (default auto: the CPUs the process
  *                    may run on, less 4 left to the engine's own threads, from 4 to 16).
  *   store_nice       CPU nice value (0-19, default 19) of the threads that write stores:

@@ -34,7 +34,7 @@ const std::vector<OptionInfo>& option_table() {
       {"sqpoll_idle_ms", "2", "gpu-uring: ms without submissions before a SQPOLL thread sleeps"},
       {"sqpoll_shared", "1", "gpu-uring: 1 = all rings share one SQPOLL thread (IORING_SETUP_ATTACH_WQ); 0 = one each"},
       {"async_reads", "auto", "auto | on | off: uring and gpu-uring reads go to io_uring's worker threads (auto: for pool files whose bytes the CPU copies: tmpfs, zram, brd, pmem)"},
-      {"store_sums", "cpu", "cpu | gpu: who hashes a store from CUDA memory for its commit record (gpu: the gather's checksum kernel, from the same blocks; cpu: a thread reads the stored bytes again)"},
+      {"store_sums", "gpu", "gpu | cpu: who hashes a store from CUDA memory for its commit record (gpu: the gather's checksum kernel, from the same blocks; cpu: a thread reads the stored bytes again)"},
       {"threads", "auto", "posix, dram and cufile worker threads (auto: the CPUs this process may use less 4, from 4 to 16)"},
       {"store_nice", "19", "CPU nice (0-19) of the threads that write stores, so loads and the engine's threads come first"},
       {"load_timeout_ms", "0", "how long (ms) a load's wait for a layer waits before the load gives up: its chunks fail and no late byte reaches the blocks (0: as long as the reads take; not with gpu-uring)"},

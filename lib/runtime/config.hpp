@@ -44,7 +44,7 @@ struct Config {
   uint32_t sqpoll_idle_ms = 0;
   bool sqpoll_shared = false;
   std::optional<bool> async_reads;  // option async_reads: on, off, or auto (empty: by pool file)
-  bool gpu_sums = false;            // option store_sums: cpu, or gpu
+  bool gpu_sums = true;             // option store_sums: gpu, or cpu
   uint32_t threads = 0;
   uint32_t store_nice = 0;
   uint32_t store_yield_ms = 0;  // ReadsFirst's bound
