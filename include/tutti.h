@@ -182,10 +182,11 @@ TUTTI_API const char* tutti_last_error(void);
  *                    between host memory (staging of uring, posix, passthru, nvme; the dram
  *                    pool) and CUDA memory cross through on the GPU's copy engines; the copy
  *                    kernels then move them between it and the blocks at HBM speed, so the
- *                    model's kernels keep their SMs while bytes cross PCIe. auto (default):
- *                    64M, or two chunk-layers if more. A size: at least two chunk-layers. 0:
- *                    the copy kernels read and write host memory over PCIe themselves (their
- *                    warps wait on PCIe, occupying SMs).
+ *                    model's kernels keep their SMs while bytes cross PCIe. Loads use theirs
+ *                    in two halves: the DMA into one overlaps the scatter out of the other.
+ *                    auto (default): 64M, or two chunk-layers if more. A size: at least two
+ *                    chunk-layers. 0: the copy kernels read and write host memory over PCIe
+ *                    themselves (their warps wait on PCIe, occupying SMs).
  *   stream_wait      host | gpu: how tutti_batch_wait_layer_async waits outside CUDA graph
  *                    capture. host (default): the call returns once the layer's copies are
  *                    queued on tutti's stream (the stream then waits for them by event) or
