@@ -195,16 +195,26 @@ void UringDriver::load_layer(uint32_t stream, const LayerLoad& a, void (*done)(v
   const uint32_t nrings = static_cast<uint32_t>(rings_.size());
   TUTTI_EXPECT((a.n + nrings - 1) / nrings <= max_per_ring(),
                "gpu-uring: " + std::to_string(a.n) + " chunks in one layer is more than the rings hold");
+  TUTTI_EXPECT_CODE(!broken_, TUTTI_EIO, "gpu-uring: a layer's launch failed before; this runtime's gpu-uring queues no more");
   Guard g(dev_.ordinal());
   auto s = static_cast<cudaStream_t>(streams_[stream]);
-  if (a.n) {
-    launched_[stream] += a.n;
-    load_layer_io<<<1, 32 * nrings, 0, s>>>(reinterpret_cast<const DevRing*>(views_), nrings,
-                                             static_cast<State*>(state_), stream, launched_[stream], a);
-    check(cudaGetLastError(), "gpu-uring kernel launch");
-    dev_.scatter_on(s, a.layout, a.k, a.v, a.copies, a.n, a.ids, a.status, a.terms);
+  try {
+    if (a.n) {
+      launched_[stream] += a.n;
+      load_layer_io<<<1, 32 * nrings, 0, s>>>(reinterpret_cast<const DevRing*>(views_), nrings,
+                                               static_cast<State*>(state_), stream, launched_[stream], a);
+      check(cudaGetLastError(), "gpu-uring kernel launch");
+      dev_.scatter_on(s, a.layout, a.k, a.v, a.copies, a.n, a.ids, a.status, a.terms);
+    }
+    check(cudaLaunchHostFunc(s, done, arg), "cudaLaunchHostFunc");
+  } catch (...) {
+    // The read kernel may be running: its reads land in staging the caller frees once it has
+    // failed the layer, so wait for the stream first. And if it never ran, launched_ counts
+    // reads no ring will complete, and the stream's next kernel would spin forever: none comes.
+    broken_ = true;
+    cudaStreamSynchronize(s);
+    throw;
   }
-  check(cudaLaunchHostFunc(s, done, arg), "cudaLaunchHostFunc");
 }
 
 }  // namespace tutti::gpu

@@ -83,6 +83,7 @@ class UringDriver {
   std::vector<void*> registered_;
   void* state_ = nullptr;  // device memory: locks, SQ tickets, completion counters
   uint64_t launched_[kMaxStreams] = {};
+  bool broken_ = false;  // a launch failed: the counters may be ahead of the rings
   void* streams_[kMaxStreams] = {};
   uint64_t views_ = 0;     // device copy of the rings' device-side pointers
 };
