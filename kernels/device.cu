@@ -570,18 +570,26 @@ void Device::scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, siz
       const size_t per_half = std::max<size_t>(1, load_stage_.chunks / 2);
       auto dma = static_cast<cudaStream_t>(dma_stream_);
       std::lock_guard lock(load_stage_.mu);
-      for (size_t i = 0; i < n; i += per_half) {
-        const size_t m = std::min(n - i, per_half);
-        const unsigned h = load_stage_.chunks >= 2 ? (next_half_ ^= 1) : 0;
-        char* stage = load_stage_.base + h * per_half * extent;
-        auto filled = static_cast<cudaEvent_t>(half_filled_[h]), emptied = static_cast<cudaEvent_t>(half_emptied_[h]);
-        check(cudaStreamWaitEvent(dma, emptied, 0), "cudaStreamWaitEvent");
-        copy_stage(dma, stage, list + i, st ? st + i : nullptr, m, extent, true);
-        check(cudaEventRecord(filled, dma), "cudaEventRecord");
-        check(cudaStreamWaitEvent(s, filled, 0), "cudaStreamWaitEvent");
-        launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), list + i, m,
-                     reinterpret_cast<const int32_t*>(ids), st ? st + i : nullptr, sums ? sums + i : nullptr, stage);
-        check(cudaEventRecord(emptied, s), "cudaEventRecord");
+      try {
+        for (size_t i = 0; i < n; i += per_half) {
+          const size_t m = std::min(n - i, per_half);
+          const unsigned h = load_stage_.chunks >= 2 ? (next_half_ ^= 1) : 0;
+          char* stage = load_stage_.base + h * per_half * extent;
+          auto filled = static_cast<cudaEvent_t>(half_filled_[h]), emptied = static_cast<cudaEvent_t>(half_emptied_[h]);
+          check(cudaStreamWaitEvent(dma, emptied, 0), "cudaStreamWaitEvent");
+          copy_stage(dma, stage, list + i, st ? st + i : nullptr, m, extent, true);
+          check(cudaEventRecord(filled, dma), "cudaEventRecord");
+          check(cudaStreamWaitEvent(s, filled, 0), "cudaStreamWaitEvent");
+          launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), list + i, m,
+                       reinterpret_cast<const int32_t*>(ids), st ? st + i : nullptr, sums ? sums + i : nullptr, stage);
+          check(cudaEventRecord(emptied, s), "cudaEventRecord");
+        }
+      } catch (...) {
+        // A kernel queued before the failure may still read a half whose emptied event was not
+        // recorded after it: the next caller's DMA must not refill it before it ran.
+        cudaStreamSynchronize(dma);
+        cudaStreamSynchronize(s);
+        throw;
       }
     } else if (n) {
       launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), list, n,
