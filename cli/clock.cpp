@@ -44,11 +44,11 @@ ThreadSample sample_threads() {
     bool got = std::fgets(comm, sizeof comm, f) != nullptr;
     std::fclose(f);
     const std::string name(comm);
-    int kind = -1;
-    if (name.rfind("tutti-sched", 0) == 0 || name.rfind("tutti-waker", 0) == 0) kind = 0;
-    else if (name.rfind("iou-sqp", 0) == 0) kind = 1;
-    else if (name.rfind("iou-wrk", 0) == 0) kind = 2;
-    if (!got || kind < 0) continue;
+    double ThreadCpu::*kind = nullptr;
+    if (name.rfind("tutti-sched", 0) == 0 || name.rfind("tutti-waker", 0) == 0) kind = &ThreadCpu::sched;
+    else if (name.rfind("iou-sqp", 0) == 0) kind = &ThreadCpu::sqpoll;
+    else if (name.rfind("iou-wrk", 0) == 0) kind = &ThreadCpu::workers;
+    if (!got || !kind) continue;
     f = std::fopen((task + "/schedstat").c_str(), "r");
     if (!f) continue;
     got = std::fgets(stat, sizeof stat, f) != nullptr;
@@ -66,8 +66,7 @@ ThreadCpu thread_cpu_between(const ThreadSample& before, const ThreadSample& aft
   for (const auto& t : after.tasks) {
     while (b != before.tasks.end() && b->tid < t.tid) ++b;
     const double since = b != before.tasks.end() && b->tid == t.tid ? b->seconds : 0;  // 0: born between
-    double* sum = t.kind == 0 ? &out.sched : t.kind == 1 ? &out.sqpoll : &out.workers;
-    *sum += t.seconds - since;
+    out.*t.kind += t.seconds - since;
   }
   return out;
 }

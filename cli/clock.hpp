@@ -23,7 +23,7 @@ struct ThreadCpu {
 struct ThreadSample {
   struct Task {
     long tid;
-    int kind;  // 0 sched, 1 sqpoll, 2 workers
+    double ThreadCpu::*kind;  // the sum it adds to
     double seconds;
   };
   std::vector<Task> tasks;  // by tid

@@ -597,8 +597,8 @@ void Device::scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, siz
     }
     check(cudaLaunchHostFunc(s, done, arg), "cudaLaunchHostFunc");
   } catch (...) {
-    // The caller then fails the layer and frees its staging: nothing queued may still use it.
-    cudaStreamSynchronize(static_cast<cudaStream_t>(dma_stream_));
+    // The caller then fails the layer and frees its staging: nothing queued may still use it
+    // (every DMA queued is ahead of a wait of stream_'s, or the staged branch waited for it).
     cudaStreamSynchronize(s);
     throw;
   }
