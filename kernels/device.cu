@@ -473,6 +473,33 @@ void Device::sync_event(void* event) {
   check(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "the engine's work before a layer it declared ready");
 }
 
+void* Device::record_reached(void* stream) {
+  Guard g(ordinal_);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  if (capture != cudaStreamCaptureStatusNone) return nullptr;
+  cudaEvent_t e;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  if (cudaError_t rc = cudaEventRecord(e, static_cast<cudaStream_t>(stream)); rc != cudaSuccess) {
+    cudaEventDestroy(e);
+    check(rc, "cudaEventRecord");
+  }
+  return e;
+}
+
+bool Device::event_done(void* event) noexcept {
+  int previous = -1;
+  const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != ordinal_;
+  if (switched) cudaSetDevice(ordinal_);
+  const cudaError_t rc = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (rc != cudaSuccess && rc != cudaErrorNotReady) cudaGetLastError();
+  if (switched) cudaSetDevice(previous);
+  return rc == cudaSuccess;
+}
+
 void Device::destroy_event(void* event) noexcept {
   int previous = -1;
   const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != ordinal_;

@@ -85,6 +85,10 @@ class Device {
   void* record_event(void* stream);
   void sync_event(void* event);
   void destroy_event(void* event) noexcept;
+  // Where an engine's stream is now, for the scheduler to see how far its GPU got (event_done
+  // asks without waiting); nullptr while the stream captures a graph (no event would fire).
+  void* record_reached(void* stream);
+  bool event_done(void* event) noexcept;
 
   // Pinned host memory the kernels read in place (a batch's descriptors and block ids): no
   // copies, no stream-ordered allocations, nothing that could meet an engine's graph capture.

@@ -27,6 +27,8 @@ void Device::sync_scatters() {}
 void* Device::record_event(void*) { no_cuda(); }
 void Device::sync_event(void*) { no_cuda(); }
 void Device::destroy_event(void*) noexcept {}
+void* Device::record_reached(void*) { no_cuda(); }
+bool Device::event_done(void*) noexcept { return false; }
 void* Device::host_alloc(size_t, uint64_t*) { no_cuda(); }
 void Device::host_free(void*) {}
 void Device::scatter(const CopyLayout&, void*, void*, uint64_t, size_t, uint64_t, void (*)(void*), void*, uint64_t,

@@ -33,6 +33,7 @@ Batch::Batch(std::shared_ptr<Runtime> rt, tutti_op op) : rt_(std::move(rt)), op_
   ready_prefix_ = by_layer() ? 0 : layers_;
   if (is_load()) timeout_ = std::chrono::milliseconds(rt_->config().load_timeout_ms);
   if (by_layer()) layer_ready_.assign(layers_, 0), ready_events_.assign(layers_, nullptr);
+  if (is_load() && rt_->device()) reached_ = std::make_unique<std::atomic<void*>[]>(layers_);
 }
 
 void Batch::cancel() {
@@ -55,6 +56,8 @@ Batch::~Batch() {
   run_.reset();  // here, not in finish(): finish() may run in a CUDA host callback
   for (void* e : ready_events_)
     if (e) rt_->device()->destroy_event(e);
+  for (uint32_t l = 0; reached_ && l < layers_; ++l)
+    if (void* e = reached_[l].load()) rt_->device()->destroy_event(e);
 }
 
 void Batch::add(const tutti_request* reqs, size_t n) {
@@ -352,7 +355,7 @@ void Batch::part_landed(uint32_t layer) {
   if (unlanded_.fetch_sub(1) != 1) return;
   if (run_) run_->all_landed();
   if (is_load()) {
-    rt_->scheduler().load_landed();  // stores may use the device again
+    rt_->scheduler().load_landed(this);  // stores may use the device again
     finish();
   } else {
     rt_->scheduler().commit_later(this);
@@ -473,6 +476,8 @@ void Batch::wait_layer(uint32_t layer) {
                                     std::to_string(layers_) + " layers)");
   TUTTI_EXPECT_CODE(state_ != State::kBuilding, TUTTI_ESTATE, "wait_layer before submit");
   auto t0 = std::chrono::steady_clock::now();
+  host_next_.store(std::max(host_next_.load(), layer + 1), std::memory_order_release);
+  consumer_seen_.store(true, std::memory_order_release);
   if (by_layer()) {
     std::unique_lock lock(mu_);
     TUTTI_EXPECT_CODE(layer_ready_[layer], TUTTI_ESTATE,
@@ -554,10 +559,39 @@ void Batch::wait_layer_async(uint32_t layer, void* stream) {
   const bool in_time = rt_->device()->enqueue_wait(stream, layer, epoch_, timeout_);
   count_wait(layer, t0);
   if (!in_time) give_up(layer);
+  else if (reached_ && !reached_[layer].load()) note_reached(layer, stream);
   std::unique_lock lock(mu_);
   if (!given_up_) return;
   lock.unlock();
   fail_given_up(layer);
+}
+
+// An event behind the engine's wait for the layer: once it fired, the GPU computes the layer.
+// Only for the scheduler's slack: without it (graph capture, a CUDA error) the load has none.
+void Batch::note_reached(uint32_t layer, void* stream) noexcept {
+  void* event = nullptr;
+  try {
+    event = rt_->device()->record_reached(stream);
+  } catch (const Error&) {
+    return;
+  }
+  if (!event) return;
+  void* none = nullptr;
+  if (!reached_[layer].compare_exchange_strong(none, event, std::memory_order_release)) rt_->device()->destroy_event(event);
+  else consumer_seen_.store(true, std::memory_order_release);
+}
+
+uint32_t Batch::layers_ahead() const {
+  if (!consumer_seen_.load(std::memory_order_acquire)) return 0;
+  uint32_t next = host_next_.load(std::memory_order_acquire);
+  if (reached_) {
+    uint32_t g = gpu_next_.load(std::memory_order_relaxed);
+    for (void* e; g < layers_ && (e = reached_[g].load(std::memory_order_acquire)) && rt_->device()->event_done(e);) ++g;
+    gpu_next_.store(g, std::memory_order_relaxed);
+    next = std::max(next, g);
+  }
+  const uint32_t done = done_prefix();
+  return done > next ? done - next : 0;
 }
 
 void Batch::layer_ready(uint32_t layer, void* stream) {

@@ -55,11 +55,13 @@ class Batch final : public Scheduled, private PathSink, private remote::LoadSink
   uint32_t done_prefix() const override { return done_prefix_.load(std::memory_order_acquire); }
   uint32_t ready_prefix() const override { return ready_prefix_.load(std::memory_order_acquire); }
   bool cancelled() const override { return cancelled_.load(std::memory_order_acquire); }
+  uint32_t layers_ahead() const override;
   void issue_layer(uint32_t layer) override;  // hands one layer to the path
   void commit() override;                     // store: sync, write commit records, publish
 
  private:
   void count_wait(uint32_t layer, std::chrono::steady_clock::time_point since);  // the stats' layer waits
+  void note_reached(uint32_t layer, void* stream) noexcept;  // reached_[layer], once
   struct Request {
     tutti_request r;
     size_t first_chunk = 0;            // token_begin / chunk_tokens
@@ -139,6 +141,14 @@ class Batch final : public Scheduled, private PathSink, private remote::LoadSink
   std::atomic<uint32_t> ready_prefix_{0};
   std::atomic<bool> cancelled_{false};  // destroyed before every layer was ready: writes nothing
   std::vector<void*> ready_events_;
+  // A load: where its engine is, for the scheduler's slack (layers_ahead). host_next_: one past
+  // the layer a thread last waited for in tutti_batch_wait_layer; in CUDA memory, per layer an
+  // event recorded on the engine's stream behind its wait for the layer, and how many of them,
+  // in order from the first, the GPU has passed (asked by the scheduler thread alone).
+  std::atomic<bool> consumer_seen_{false};
+  std::atomic<uint32_t> host_next_{0};
+  std::unique_ptr<std::atomic<void*>[]> reached_;
+  mutable std::atomic<uint32_t> gpu_next_{0};
   // The batch's first failure in words: which request, chunk and layer, the file, offset
   // and errno, or the checksum that did not match.
   std::string first_error_;          // guarded by mu_

@@ -47,6 +47,7 @@ struct Config {
   bool gpu_sums = true;             // option store_sums: gpu, or cpu
   uint32_t threads = 0;
   uint32_t store_nice = 0;
+  uint32_t store_slack = 0;     // the scheduler's: layers every load must have ahead of its engine
   uint32_t store_yield_ms = 0;  // ReadsFirst's bound
   uint32_t load_timeout_ms = 0;  // a wait for a loaded layer gives up after this; 0: never
   uint32_t nvme_controller = 0;

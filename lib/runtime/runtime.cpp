@@ -294,7 +294,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
                                                          "device; tutti fsck tells more)");
   device_ = std::move(device);
   remote_ = std::move(remote_tier);
-  scheduler_ = std::make_unique<Scheduler>(cfg_.lookahead, static_cast<int>(cfg_.store_nice), reads_first_);
+  scheduler_ = std::make_unique<Scheduler>(cfg_.lookahead, cfg_.store_slack, static_cast<int>(cfg_.store_nice), reads_first_);
   binding_ = std::move(binding);
   registered_.store(true, std::memory_order_release);  // lookup service threads may look now
   lookup_server_ = std::move(lookup_server);

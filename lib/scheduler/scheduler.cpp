@@ -1,12 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "scheduler/scheduler.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
 #include "common/thread_name.hpp"
 
 namespace tutti {
 
-Scheduler::Scheduler(unsigned lookahead, int store_nice, ReadsFirst& reads_first)
+Scheduler::Scheduler(unsigned lookahead, unsigned store_slack, int store_nice, ReadsFirst& reads_first)
     : lookahead_(lookahead ? lookahead : 1),
+      store_slack_(store_slack),
       store_nice_(store_nice),
       reads_first_(reads_first),
       loader_([this] { run(false); }), storer_([this] { run(true); }) {}
@@ -26,14 +31,13 @@ Scheduler::~Scheduler() {
 void Scheduler::enqueue(Scheduled* b) {
   std::lock_guard lock(mu_);
   (b->is_load() ? loads_ : stores_).push_back(b);
-  loads_in_flight_ += b->is_load();
-  if (b->is_load()) reads_first_.load_began();
+  if (b->is_load()) loads_in_flight_.push_back(b), reads_first_.load_began();
   cv_.notify_all();
 }
 
-void Scheduler::load_landed() {
+void Scheduler::load_landed(Scheduled* b) {
   std::lock_guard lock(mu_);
-  --loads_in_flight_;
+  std::erase(loads_in_flight_, b);
   reads_first_.load_landed();
   cv_.notify_all();
 }
@@ -49,12 +53,27 @@ void Scheduler::notify() {
   cv_.notify_all();
 }
 
-Scheduled* Scheduler::pick(bool stores, unsigned* layer) {
+bool Scheduler::loads_have_slack() {
+  if (!store_slack_) return false;
+  for (Scheduled* b : loads_in_flight_)
+    if (b->layers_ahead() < store_slack_) return false;
+  return true;
+}
+
+Scheduled* Scheduler::pick(bool stores, unsigned* layer, bool* held_by_slack) {
   std::deque<Scheduled*>& q = stores ? stores_ : loads_;
+  std::optional<bool> slack;  // asked once per pick, and only if a store wants it
   for (auto it = q.begin(); it != q.end(); ++it) {
     Scheduled* b = *it;
-    if (stores && loads_in_flight_ && !b->cancelled()) continue;  // reads before writes
     if (b->next_issue >= b->ready_prefix() || b->next_issue >= b->done_prefix() + lookahead_) continue;
+    if (stores && !loads_in_flight_.empty() && !b->cancelled()) {  // reads before writes
+      if (b->next_issue != b->done_prefix()) continue;  // in slack: one layer of it at a time
+      if (!slack) slack = loads_have_slack();
+      if (!*slack) {
+        *held_by_slack = store_slack_ != 0;
+        continue;
+      }
+    }
     *layer = b->next_issue++;
     // Once its last layer is handed out the batch may finish (and be freed) at any time.
     if (b->next_issue == b->layers()) q.erase(it);
@@ -77,14 +96,18 @@ void Scheduler::run(bool stores) {
       continue;
     }
     unsigned layer = 0;
-    if (Scheduled* b = pick(stores, &layer)) {
+    bool held_by_slack = false;
+    if (Scheduled* b = pick(stores, &layer, &held_by_slack)) {
       lock.unlock();
       b->issue_layer(layer);
       lock.lock();
       continue;
     }
     if (stop_ && (stores ? stores_.empty() && commits_.empty() : loads_.empty())) return;
-    cv_.wait(lock);
+    // An engine's progress on its GPU stream wakes no one: a store waiting for slack looks
+    // again every millisecond.
+    if (held_by_slack) cv_.wait_for(lock, std::chrono::milliseconds(1));
+    else cv_.wait(lock);
   }
 }
 

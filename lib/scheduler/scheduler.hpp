@@ -3,12 +3,15 @@
 // `lookahead` layers in flight beyond the last layer the batch completed, so layer L+1..L+d
 // load while the engine consumes layer L. Reads before writes: loads have a thread of their
 // own, so a load that arrives while a store's layer is being issued (its gather, checksums and
-// staging) starts at once; the store thread starts a store's layer only while no load is in
-// flight (submitted and not all landed), so stores fit into the gaps between loads (a layer
-// already being written when a load arrives finishes alongside it), and it commits finished
-// stores (sync, commit records), so I/O threads never block on fsync. A store waits as long as
-// loads keep the device busy; a cancelled one, with nothing to write, does not. The store thread
-// runs at `store_nice`, like the store backend's threads.
+// staging) starts at once. The store thread starts a store's layer when no load is in flight
+// (submitted and not all landed), or in the loads' slack: when every load in flight has at
+// least `store_slack` layers in place beyond the one its engine is computing, a read that
+// waits behind one store layer still lands before the engine needs it. Then one store layer
+// at a time is written. A load whose engine has not waited for a layer yet, or waits for all
+// of them at once, has no slack. A layer already being written when a load arrives finishes
+// alongside it. The store thread also commits finished stores (sync, commit records), so I/O
+// threads never block on fsync; it runs at `store_nice`, like the store backend's threads. A
+// cancelled store, with nothing to write, never waits.
 #pragma once
 
 #include <condition_variable>
@@ -16,6 +19,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "scheduler/reads_first.hpp"
 
@@ -29,6 +33,10 @@ class Scheduled {
   virtual uint32_t done_prefix() const = 0;   // layers landed in order from the first
   virtual uint32_t ready_prefix() const { return layers(); }  // layers that may be issued
   virtual bool cancelled() const { return false; }  // a store with nothing left to write
+  // A load: layers in place beyond the one its engine computes now (0: the engine waits for
+  // I/O, has not waited for a layer yet, or waits for the whole batch). Asked under the
+  // scheduler's lock, so it takes no lock of the batch's.
+  virtual uint32_t layers_ahead() const { return 0; }
   virtual void issue_layer(uint32_t layer) = 0;
   virtual void commit() = 0;                   // a store whose every layer is written
   uint32_t next_issue = 0;                     // guarded by the scheduler's mutex
@@ -39,7 +47,7 @@ class Scheduled {
 
 class Scheduler {
  public:
-  Scheduler(unsigned lookahead, int store_nice, ReadsFirst& reads_first);
+  Scheduler(unsigned lookahead, unsigned store_slack, int store_nice, ReadsFirst& reads_first);
   ~Scheduler();  // finishes every queued batch first
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -47,19 +55,22 @@ class Scheduler {
   void enqueue(Scheduled* b);
   void commit_later(Scheduled* b);  // a store whose last layer is written
   void notify();                // a layer finished or became ready somewhere: maybe issue more
-  void load_landed();           // a load batch enqueued here has every layer in place
+  void load_landed(Scheduled* b);  // a load enqueued here has every layer in place (then forgotten)
 
  private:
   void run(bool stores);
-  Scheduled* pick(bool stores, unsigned* layer);  // requires mu_
+  // Requires mu_. held_by_slack: a store waits for slack that no wake-up announces.
+  Scheduled* pick(bool stores, unsigned* layer, bool* held_by_slack);
+  bool loads_have_slack();  // requires mu_
 
   unsigned lookahead_;
+  unsigned store_slack_;  // 0: stores wait until no load is in flight
   int store_nice_;
   ReadsFirst& reads_first_;  // told of every load that begins and lands
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Scheduled*> loads_, stores_, commits_;
-  size_t loads_in_flight_ = 0;  // enqueued, not all landed
+  std::vector<Scheduled*> loads_in_flight_;  // enqueued, not all landed
   bool stop_ = false;
   std::thread loader_, storer_;
 };

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The scheduler's order: loads on their own thread, stores only while no load is in flight,
-// and the store I/O threads' gate (ReadsFirst) knows of every load in flight.
+// The scheduler's order: loads on their own thread, stores while no load is in flight or in
+// the loads' slack, and the store I/O threads' gate (ReadsFirst) knows of every load in flight.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -25,6 +25,7 @@ class FakeBatch final : public Scheduled {
   uint32_t layers() const override { return layers_; }
   uint32_t done_prefix() const override { return landed_.load(); }
   bool cancelled() const override { return cancelled_.load(); }
+  uint32_t layers_ahead() const override { return ahead_.load(); }
   void issue_layer(uint32_t layer) override {
     std::lock_guard lock(*mu_);
     log_->push_back(std::string(load_ ? "load " : "store ") + std::to_string(layer));
@@ -37,6 +38,7 @@ class FakeBatch final : public Scheduled {
   }
   std::atomic<uint32_t> landed_{0};
   std::atomic<bool> cancelled_{false};
+  std::atomic<uint32_t> ahead_{0};
 
  private:
   const bool load_;
@@ -62,7 +64,7 @@ TEST(Scheduler, AStoreWaitsUntilEveryLoadHasLanded) {
   Log log;
   FakeBatch load(true, 2, &log.lines, &log.mu, &log.cv), store(false, 1, &log.lines, &log.mu, &log.cv);
   ReadsFirst rf;
-  Scheduler s(4, 0, rf);
+  Scheduler s(4, 0, 0, rf);
   s.enqueue(&load);
   EXPECT_EQ(log.at_least(2), (std::vector<std::string>{"load 0", "load 1"}));
   s.enqueue(&store);  // both load layers are issued, neither has landed: the store waits
@@ -71,7 +73,7 @@ TEST(Scheduler, AStoreWaitsUntilEveryLoadHasLanded) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(log.at_least(2).size(), 2u) << "a store layer was issued while a load was in flight";
   load.landed_ = 2;
-  s.load_landed();
+  s.load_landed(&load);
   EXPECT_EQ(log.at_least(3).back(), "store 0");
   s.commit_later(&store);
   EXPECT_EQ(log.at_least(4).back(), "commit");
@@ -81,7 +83,7 @@ TEST(Scheduler, ALoadIsIssuedWhileAStoreIsInFlight) {
   Log log;
   FakeBatch store(false, 3, &log.lines, &log.mu, &log.cv), load(true, 1, &log.lines, &log.mu, &log.cv);
   ReadsFirst rf;
-  Scheduler s(1, 0, rf);
+  Scheduler s(1, 0, 0, rf);
   s.enqueue(&store);
   EXPECT_EQ(log.at_least(1).back(), "store 0");  // lookahead 1: layer 1 waits for layer 0
   s.enqueue(&load);
@@ -91,11 +93,68 @@ TEST(Scheduler, ALoadIsIssuedWhileAStoreIsInFlight) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(log.at_least(2).size(), 2u) << "the store went on while the load was in flight";
   load.landed_ = 1;
-  s.load_landed();
+  s.load_landed(&load);
   EXPECT_EQ(log.at_least(3).back(), "store 1");
   store.landed_ = 3;  // lets the scheduler hand out the last layer before it is destroyed
   s.notify();
   EXPECT_EQ(log.at_least(4).back(), "store 2");
+}
+
+// With store_slack 2, a store's layer goes while the load has two layers in place beyond the
+// one its engine computes, one store layer at a time; with less slack the store waits again.
+TEST(Scheduler, AStoreFitsIntoTheLoadsSlackOneLayerAtATime) {
+  Log log;
+  FakeBatch load(true, 8, &log.lines, &log.mu, &log.cv), store(false, 4, &log.lines, &log.mu, &log.cv);
+  ReadsFirst rf;
+  Scheduler s(4, 2, 0, rf);
+  s.enqueue(&load);
+  EXPECT_EQ(log.at_least(4).back(), "load 3");
+  s.enqueue(&store);
+  load.ahead_ = 1;  // the engine is one layer behind the reads: no slack yet
+  s.notify();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(log.at_least(4).size(), 4u) << "a store layer was issued with too little slack";
+  load.ahead_ = 2;  // no wake-up: an engine's GPU announces nothing, the store thread looks again
+  EXPECT_EQ(log.at_least(5).back(), "store 0");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(log.at_least(5).size(), 5u) << "a second store layer went while the first was in flight";
+  store.landed_ = 1;
+  s.notify();
+  EXPECT_EQ(log.at_least(6).back(), "store 1");
+  load.ahead_ = 0;  // the engine caught up with the reads
+  store.landed_ = 2;
+  s.notify();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(log.at_least(6).size(), 6u) << "a store layer was issued while the engine waited for reads";
+  load.landed_ = 8;  // lets the scheduler hand out the load's last layers (then it may finish)
+  s.notify();
+  EXPECT_EQ(log.at_least(10).back(), "load 7");
+  s.load_landed(&load);  // no load in flight: the store's lookahead alone holds it
+  const auto lines = log.at_least(12);
+  EXPECT_EQ(std::vector<std::string>(lines.begin() + 10, lines.end()), (std::vector<std::string>{"store 2", "store 3"}));
+}
+
+// Slack is every load's: one load far ahead of its engine does not let a store past another
+// whose engine waits for reads.
+TEST(Scheduler, SlackIsEveryLoadsInFlight) {
+  Log log;
+  FakeBatch a(true, 1, &log.lines, &log.mu, &log.cv), b(true, 1, &log.lines, &log.mu, &log.cv),
+      store(false, 1, &log.lines, &log.mu, &log.cv);
+  ReadsFirst rf;
+  Scheduler s(4, 2, 0, rf);
+  s.enqueue(&a);
+  s.enqueue(&b);
+  EXPECT_EQ(log.at_least(2).size(), 2u);
+  a.ahead_ = 8;
+  s.enqueue(&store);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(log.at_least(2).size(), 2u) << "a store layer was issued past a load without slack";
+  b.ahead_ = 2;
+  EXPECT_EQ(log.at_least(3).back(), "store 0");
+  a.landed_ = 1;
+  s.load_landed(&a);
+  b.landed_ = 1;
+  s.load_landed(&b);
 }
 
 // A store cancelled by its owner has nothing to write: it finishes even while loads are in
@@ -104,29 +163,29 @@ TEST(Scheduler, ACancelledStoreDoesNotWaitForLoads) {
   Log log;
   FakeBatch load(true, 1, &log.lines, &log.mu, &log.cv), store(false, 1, &log.lines, &log.mu, &log.cv);
   ReadsFirst rf;
-  Scheduler s(4, 0, rf);
+  Scheduler s(4, 0, 0, rf);
   s.enqueue(&load);
   EXPECT_EQ(log.at_least(1).back(), "load 0");
   store.cancelled_ = true;
   s.enqueue(&store);
   EXPECT_EQ(log.at_least(2).back(), "store 0");
   load.landed_ = 1;
-  s.load_landed();
+  s.load_landed(&load);
 }
 
 TEST(Scheduler, TellsTheWritersGateOfEveryLoadInFlight) {
   Log log;
   FakeBatch a(true, 1, &log.lines, &log.mu, &log.cv), b(true, 1, &log.lines, &log.mu, &log.cv);
   ReadsFirst rf;
-  Scheduler s(4, 0, rf);
+  Scheduler s(4, 0, 0, rf);
   s.enqueue(&a);
   s.enqueue(&b);
   EXPECT_EQ(rf.loads_in_flight(), 2u);
   a.landed_ = 1;
-  s.load_landed();
+  s.load_landed(&a);
   EXPECT_EQ(rf.loads_in_flight(), 1u);
   b.landed_ = 1;
-  s.load_landed();
+  s.load_landed(&b);
   EXPECT_EQ(rf.loads_in_flight(), 0u);
 }
 
