@@ -559,7 +559,7 @@ void Batch::wait_layer_async(uint32_t layer, void* stream) {
   const bool in_time = rt_->device()->enqueue_wait(stream, layer, epoch_, timeout_);
   count_wait(layer, t0);
   if (!in_time) give_up(layer);
-  else if (reached_ && !reached_[layer].load()) note_reached(layer, stream);
+  else if (reached_ && state_ == State::kRunning && !reached_[layer].load()) note_reached(layer, stream);
   std::unique_lock lock(mu_);
   if (!given_up_) return;
   lock.unlock();
