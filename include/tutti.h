@@ -216,13 +216,15 @@ TUTTI_API const char* tutti_last_error(void);
  *                    priority, so neither a load nor the engine's threads wait for a store's
  *                    CPU work (a zram or software-RAID write compresses or computes parity in
  *                    the thread that writes).
- *   store_slack      layers (default 2; 0: none). While loads are in flight, a store's next
- *                    layer is written only when every load in flight has at least this many
- *                    layers in place beyond the one its engine computes (where its thread waits
- *                    in tutti_batch_wait_layer, or in CUDA memory where its stream has passed
- *                    its tutti_batch_wait_layer_async), one store layer at a time; a load whose
- *                    engine waits for the whole batch, or has not waited yet, has no slack. 0:
- *                    stores wait until no load is in flight. Since 0.7.0.
+ *   store_slack      layers (default 0: off). A store's layers wait while a load is in flight;
+ *                    with store_slack N > 0 one of them at a time is also written while every
+ *                    load in flight has at least N layers in place beyond the one its engine
+ *                    computes (where its thread waits in tutti_batch_wait_layer, or in CUDA
+ *                    memory where its stream has passed its tutti_batch_wait_layer_async); a
+ *                    load whose engine waits for the whole batch, or has not waited yet, has
+ *                    none. Measured (docs/ttft.md): from a DRAM pool a store finishes sooner at
+ *                    no cost to the load; from zram, whose writes take the CPU the load's
+ *                    reads need, N = 2 slowed the load. Since 0.7.0.
  *   store_yield_ms   how long (ms, 0-1000, default 0: not at all) each write of a store that
  *                    is not staged yet waits while a load is in flight (the scheduler already
  *                    holds a store's next layers back then), so the rest of the layer being

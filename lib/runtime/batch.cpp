@@ -33,7 +33,8 @@ Batch::Batch(std::shared_ptr<Runtime> rt, tutti_op op) : rt_(std::move(rt)), op_
   ready_prefix_ = by_layer() ? 0 : layers_;
   if (is_load()) timeout_ = std::chrono::milliseconds(rt_->config().load_timeout_ms);
   if (by_layer()) layer_ready_.assign(layers_, 0), ready_events_.assign(layers_, nullptr);
-  if (is_load() && rt_->device()) reached_ = std::make_unique<std::atomic<void*>[]>(layers_);
+  // Where the engine's GPU is matters only to stores in the loads' slack.
+  if (is_load() && rt_->device() && rt_->config().store_slack) reached_ = std::make_unique<std::atomic<void*>[]>(layers_);
 }
 
 void Batch::cancel() {

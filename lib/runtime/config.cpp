@@ -38,7 +38,7 @@ const std::vector<OptionInfo>& option_table() {
       {"threads", "auto", "posix, dram and cufile worker threads (auto: the CPUs this process may use less 4, from 4 to 16)"},
       {"store_nice", "19", "CPU nice (0-19) of the threads that write stores, so loads and the engine's threads come first"},
       {"load_timeout_ms", "0", "how long (ms) a load's wait for a layer waits before the load gives up: its chunks fail and no late byte reaches the blocks (0: as long as the reads take; not with gpu-uring)"},
-      {"store_slack", "2", "while loads are in flight, a store's layer is written only when every load has at least this many layers in place beyond the one its engine computes (0: stores wait until no load is in flight)"},
+      {"store_slack", "0", "while loads are in flight, a store's layer is also written when every load has at least this many layers in place beyond the one its engine computes (0: never; stores wait until no load is in flight)"},
       {"store_yield_ms", "0", "how long (ms) each write of a store not yet staged waits while loads are in flight; 0: it does not"},
       {"nvme_controller", "0", "nvme: tutti_kmod's controller number"},
       {"nvme_data_pointer", "auto", "nvme: auto (SGL where the controller has them) | sgl | prp"},

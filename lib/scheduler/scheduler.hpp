@@ -4,10 +4,11 @@
 // load while the engine consumes layer L. Reads before writes: loads have a thread of their
 // own, so a load that arrives while a store's layer is being issued (its gather, checksums and
 // staging) starts at once. The store thread starts a store's layer when no load is in flight
-// (submitted and not all landed), or in the loads' slack: when every load in flight has at
+// (submitted and not all landed), or, with `store_slack` set (off by default: from zram it
+// slowed the loads, docs/ttft.md), in the loads' slack: when every load in flight has at
 // least `store_slack` layers in place beyond the one its engine is computing, a read that
-// waits behind one store layer still lands before the engine needs it. Then one store layer
-// at a time is written. A load whose engine has not waited for a layer yet, or waits for all
+// waits behind one store layer should still land before the engine needs it. Then one store
+// layer at a time is written. A load whose engine has not waited for a layer yet, or waits for all
 // of them at once, has no slack. A layer already being written when a load arrives finishes
 // alongside it. The store thread also commits finished stores (sync, commit records), so I/O
 // threads never block on fsync; it runs at `store_nice`, like the store backend's threads. A
