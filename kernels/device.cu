@@ -494,8 +494,12 @@ bool Device::event_done(void* event) noexcept {
   int previous = -1;
   const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != ordinal_;
   if (switched) cudaSetDevice(ordinal_);
+  // Relaxed: the query must not disturb an engine's graph capture on another thread.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
   const cudaError_t rc = cudaEventQuery(static_cast<cudaEvent_t>(event));
   if (rc != cudaSuccess && rc != cudaErrorNotReady) cudaGetLastError();
+  cudaThreadExchangeStreamCaptureMode(&mode);
   if (switched) cudaSetDevice(previous);
   return rc == cudaSuccess;
 }

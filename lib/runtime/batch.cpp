@@ -477,7 +477,8 @@ void Batch::wait_layer(uint32_t layer) {
                                     std::to_string(layers_) + " layers)");
   TUTTI_EXPECT_CODE(state_ != State::kBuilding, TUTTI_ESTATE, "wait_layer before submit");
   auto t0 = std::chrono::steady_clock::now();
-  host_next_.store(std::max(host_next_.load(), layer + 1), std::memory_order_release);
+  for (uint32_t n = host_next_.load(); n < layer + 1 && !host_next_.compare_exchange_weak(n, layer + 1);) {
+  }
   consumer_seen_.store(true, std::memory_order_release);
   if (by_layer()) {
     std::unique_lock lock(mu_);
@@ -573,7 +574,7 @@ void Batch::note_reached(uint32_t layer, void* stream) noexcept {
   void* event = nullptr;
   try {
     event = rt_->device()->record_reached(stream);
-  } catch (const Error&) {
+  } catch (...) {
     return;
   }
   if (!event) return;
@@ -586,8 +587,15 @@ uint32_t Batch::layers_ahead() const {
   if (!consumer_seen_.load(std::memory_order_acquire)) return 0;
   uint32_t next = host_next_.load(std::memory_order_acquire);
   if (reached_) {
+    // Events on one stream fire in order: the GPU is past the last one that fired (a layer
+    // waited for without an event, e.g. inside graph capture, does not hold the count back).
     uint32_t g = gpu_next_.load(std::memory_order_relaxed);
-    for (void* e; g < layers_ && (e = reached_[g].load(std::memory_order_acquire)) && rt_->device()->event_done(e);) ++g;
+    for (uint32_t l = g; l < layers_; ++l) {
+      void* e = reached_[l].load(std::memory_order_acquire);
+      if (!e) continue;
+      if (!rt_->device()->event_done(e)) break;
+      g = l + 1;
+    }
     gpu_next_.store(g, std::memory_order_relaxed);
     next = std::max(next, g);
   }

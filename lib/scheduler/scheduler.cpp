@@ -44,6 +44,7 @@ void Scheduler::load_landed(Scheduled* b) {
 
 void Scheduler::commit_later(Scheduled* b) {
   std::lock_guard lock(mu_);
+  std::erase(stores_finishing_, b);
   commits_.push_back(b);
   cv_.notify_all();
 }
@@ -55,6 +56,10 @@ void Scheduler::notify() {
 
 bool Scheduler::loads_have_slack() {
   if (!store_slack_) return false;
+  for (Scheduled* b : stores_)  // one store layer at a time in the slack, of all stores
+    if (b->next_issue != b->done_prefix()) return false;
+  for (Scheduled* b : stores_finishing_)
+    if (b->done_prefix() != b->layers()) return false;
   for (Scheduled* b : loads_in_flight_)
     if (b->layers_ahead() < store_slack_) return false;
   return true;
@@ -67,7 +72,6 @@ Scheduled* Scheduler::pick(bool stores, unsigned* layer, bool* held_by_slack) {
     Scheduled* b = *it;
     if (b->next_issue >= b->ready_prefix() || b->next_issue >= b->done_prefix() + lookahead_) continue;
     if (stores && !loads_in_flight_.empty() && !b->cancelled()) {  // reads before writes
-      if (b->next_issue != b->done_prefix()) continue;  // in slack: one layer of it at a time
       if (!slack) slack = loads_have_slack();
       if (!*slack) {
         *held_by_slack = store_slack_ != 0;
@@ -75,8 +79,12 @@ Scheduled* Scheduler::pick(bool stores, unsigned* layer, bool* held_by_slack) {
       }
     }
     *layer = b->next_issue++;
-    // Once its last layer is handed out the batch may finish (and be freed) at any time.
-    if (b->next_issue == b->layers()) q.erase(it);
+    // Once its last layer is handed out the batch may finish (and be freed) at any time: a
+    // store is forgotten when it asks to be committed (commit_later), a load when it lands.
+    if (b->next_issue == b->layers()) {
+      if (stores) stores_finishing_.push_back(b);
+      q.erase(it);
+    }
     return b;
   }
   return nullptr;

@@ -62,7 +62,9 @@ class Scheduler {
   void run(bool stores);
   // Requires mu_. held_by_slack: a store waits for slack that no wake-up announces.
   Scheduled* pick(bool stores, unsigned* layer, bool* held_by_slack);
-  bool loads_have_slack();  // requires mu_
+  // Requires mu_. Every load in flight is store_slack layers ahead of its engine, and no
+  // store has a layer in flight.
+  bool loads_have_slack();
 
   unsigned lookahead_;
   unsigned store_slack_;  // 0: stores wait until no load is in flight
@@ -72,6 +74,7 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<Scheduled*> loads_, stores_, commits_;
   std::vector<Scheduled*> loads_in_flight_;  // enqueued, not all landed
+  std::vector<Scheduled*> stores_finishing_;  // every layer handed out, not all written
   bool stop_ = false;
   std::thread loader_, storer_;
 };

@@ -134,6 +134,32 @@ TEST(Scheduler, AStoreFitsIntoTheLoadsSlackOneLayerAtATime) {
   EXPECT_EQ(std::vector<std::string>(lines.begin() + 10, lines.end()), (std::vector<std::string>{"store 2", "store 3"}));
 }
 
+// One store layer at a time in the slack, of all the stores waiting; and a store whose every
+// layer is handed out still counts until it asks to be committed.
+TEST(Scheduler, StoresShareTheSlackOneLayerAtATime) {
+  Log log;
+  FakeBatch load(true, 8, &log.lines, &log.mu, &log.cv), a(false, 1, &log.lines, &log.mu, &log.cv),
+      b(false, 1, &log.lines, &log.mu, &log.cv);
+  ReadsFirst rf;
+  Scheduler s(4, 2, 0, rf);
+  s.enqueue(&load);
+  EXPECT_EQ(log.at_least(4).back(), "load 3");
+  load.ahead_ = 3;
+  s.enqueue(&a);
+  s.enqueue(&b);
+  EXPECT_EQ(log.at_least(5).back(), "store 0");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(log.at_least(5).size(), 5u) << "two stores' layers went into the slack together";
+  a.landed_ = 1;
+  s.commit_later(&a);  // a is written: b's layer may go
+  const auto lines = log.at_least(7);
+  EXPECT_EQ(std::vector<std::string>(lines.begin() + 5, lines.end()), (std::vector<std::string>{"commit", "store 0"}));
+  load.landed_ = 8;
+  s.notify();
+  EXPECT_EQ(log.at_least(11).back(), "load 7");
+  s.load_landed(&load);
+}
+
 // Slack is every load's: one load far ahead of its engine does not let a store past another
 // whose engine waits for reads.
 TEST(Scheduler, SlackIsEveryLoadsInFlight) {
