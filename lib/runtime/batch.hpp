@@ -143,8 +143,9 @@ class Batch final : public Scheduled, private PathSink, private remote::LoadSink
   std::vector<void*> ready_events_;
   // A load: where its engine is, for the scheduler's slack (layers_ahead). host_next_: one past
   // the layer a thread last waited for in tutti_batch_wait_layer; in CUDA memory, per layer an
-  // event recorded on the engine's stream behind its wait for the layer, and how many of them,
-  // in order from the first, the GPU has passed (asked by the scheduler thread alone).
+  // event recorded on the engine's stream behind its wait for the layer (only with option
+  // store_slack), and one past the last of them that fired: where the GPU is (kept by the
+  // scheduler thread alone).
   std::atomic<bool> consumer_seen_{false};
   std::atomic<uint32_t> host_next_{0};
   std::unique_ptr<std::atomic<void*>[]> reached_;
