@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -60,11 +61,12 @@ class Scheduler {
 
  private:
   void run(bool stores);
-  // Requires mu_. held_by_slack: a store waits for slack that no wake-up announces.
-  Scheduled* pick(bool stores, unsigned* layer, bool* held_by_slack);
-  // Requires mu_. Every load in flight is store_slack layers ahead of its engine, and no
-  // store has a layer in flight.
-  bool loads_have_slack();
+  // Requires mu_. slack: the loads' answer, if asked (loads_have_slack); wants_slack: a store
+  // waits for slack, which no wake-up announces.
+  Scheduled* pick(bool stores, unsigned* layer, std::optional<bool> slack, bool* wants_slack);
+  // Requires mu_ (held by `lock`, released while the loads answer). Every load in flight is
+  // store_slack layers ahead of its engine, and no store has a layer in flight.
+  bool loads_have_slack(std::unique_lock<std::mutex>& lock);
 
   unsigned lookahead_;
   unsigned store_slack_;  // 0: stores wait until no load is in flight
@@ -75,6 +77,8 @@ class Scheduler {
   std::deque<Scheduled*> loads_, stores_, commits_;
   std::vector<Scheduled*> loads_in_flight_;  // enqueued, not all landed
   std::vector<Scheduled*> stores_finishing_;  // every layer handed out, not all written
+  unsigned asking_ = 0;          // loads_have_slack is asking loads outside the lock
+  uint64_t loads_enqueued_ = 0;  // ever
   bool stop_ = false;
   std::thread loader_, storer_;
 };

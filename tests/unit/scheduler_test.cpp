@@ -25,7 +25,11 @@ class FakeBatch final : public Scheduled {
   uint32_t layers() const override { return layers_; }
   uint32_t done_prefix() const override { return landed_.load(); }
   bool cancelled() const override { return cancelled_.load(); }
-  uint32_t layers_ahead() const override { return ahead_.load(); }
+  uint32_t layers_ahead() const override {
+    asked_++;
+    while (hold_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return ahead_.load();
+  }
   void issue_layer(uint32_t layer) override {
     std::lock_guard lock(*mu_);
     log_->push_back(std::string(load_ ? "load " : "store ") + std::to_string(layer));
@@ -39,6 +43,8 @@ class FakeBatch final : public Scheduled {
   std::atomic<uint32_t> landed_{0};
   std::atomic<bool> cancelled_{false};
   std::atomic<uint32_t> ahead_{0};
+  std::atomic<bool> hold_{false};  // layers_ahead answers only once this is false
+  mutable std::atomic<int> asked_{0};
 
  private:
   const bool load_;
@@ -158,6 +164,32 @@ TEST(Scheduler, StoresShareTheSlackOneLayerAtATime) {
   s.notify();
   EXPECT_EQ(log.at_least(11).back(), "load 7");
   s.load_landed(&load);
+}
+
+// The store thread asks the loads outside its lock; a load that lands meanwhile (and could then
+// be freed) waits until the question is over.
+TEST(Scheduler, ALoadLandingWhileAskedWaitsForTheQuestion) {
+  Log log;
+  FakeBatch load(true, 1, &log.lines, &log.mu, &log.cv), store(false, 1, &log.lines, &log.mu, &log.cv);
+  ReadsFirst rf;
+  Scheduler s(4, 2, 0, rf);
+  s.enqueue(&load);
+  EXPECT_EQ(log.at_least(1).back(), "load 0");
+  load.hold_ = true;
+  s.enqueue(&store);
+  for (int i = 0; i < 10000 && load.asked_.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_GT(load.asked_.load(), 0) << "the store thread never asked the load";
+  std::atomic<bool> landed{false};
+  std::thread lander([&] {
+    load.landed_ = 1;
+    s.load_landed(&load);
+    landed = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(landed.load()) << "a load was forgotten while the store thread was asking it";
+  load.hold_ = false;
+  lander.join();
+  EXPECT_EQ(log.at_least(2).back(), "store 0");
 }
 
 // Slack is every load's: one load far ahead of its engine does not let a store past another
