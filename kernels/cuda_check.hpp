@@ -36,4 +36,26 @@ class Guard {
   int previous_ = -1;
 };
 
+// The same for paths that must not throw (I/O threads, destructors): ok() is false when the
+// device could not be set.
+class QuietGuard {
+ public:
+  explicit QuietGuard(int ordinal) noexcept {
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess || previous == ordinal) return;
+    ok_ = cudaSetDevice(ordinal) == cudaSuccess;
+    previous_ = previous;
+  }
+  ~QuietGuard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  QuietGuard(const QuietGuard&) = delete;
+  QuietGuard& operator=(const QuietGuard&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  int previous_ = -1;
+  bool ok_ = true;
+};
+
 }  // namespace tutti::gpu

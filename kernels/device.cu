@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -376,6 +377,17 @@ void Device::set_layers(uint32_t layers) {
 }
 
 namespace {
+// Whether `s` is capturing a CUDA graph; empty when CUDA cannot tell (asked of the legacy
+// stream while another stream captures).
+std::optional<bool> capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &capture) != cudaSuccess) {
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  return capture != cudaStreamCaptureStatusNone;
+}
+
 // Never backwards: batches submitted from two threads may announce their epochs out of order.
 void store_max(uint64_t* at, uint64_t v) {
   uint64_t seen = __atomic_load_n(at, __ATOMIC_RELAXED);
@@ -401,12 +413,12 @@ void Device::mark_ready(uint32_t layer, uint64_t epoch) {
 // not in place. A record that fails leaves the epoch uncounted: waits for it go on until the
 // layer is in place. Never throws (it runs on I/O threads).
 void Device::mark_queued(uint32_t layer, uint64_t epoch) noexcept {
-  int previous = -1;
-  const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != ordinal_;
-  const bool recorded = (!switched || cudaSetDevice(ordinal_) == cudaSuccess) &&
-                        cudaEventRecord(static_cast<cudaEvent_t>(queued_events_[layer]),
-                                        static_cast<cudaStream_t>(stream_)) == cudaSuccess;
-  if (switched) cudaSetDevice(previous);
+  bool recorded;
+  {
+    QuietGuard g(ordinal_);
+    recorded = g.ok() && cudaEventRecord(static_cast<cudaEvent_t>(queued_events_[layer]),
+                                         static_cast<cudaStream_t>(stream_)) == cudaSuccess;
+  }
   if (!recorded) {
     cudaGetLastError();
     return;
@@ -420,14 +432,9 @@ bool Device::enqueue_wait(void* stream, uint32_t layer, uint64_t epoch, std::chr
   Guard g(ordinal_);
   auto s = static_cast<cudaStream_t>(stream);
   // A captured graph replays for later batches: its waits read the newest epoch when they run.
-  // (Asked of the legacy stream while another stream captures, CUDA answers with an error; the
-  // legacy stream itself is never captured, so that is a wait outside capture.)
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(s, &capture) != cudaSuccess) {
-    cudaGetLastError();
-    capture = cudaStreamCaptureStatusNone;
-  }
-  const bool captured = capture != cudaStreamCaptureStatusNone;
+  // (Asked of the legacy stream while another stream captures, CUDA cannot tell; the legacy
+  // stream itself is never captured, so that is a wait outside capture.)
+  const bool captured = capturing(s).value_or(false);
   TUTTI_EXPECT_CODE(!captured || !timeout.count(), TUTTI_EUNSUPPORTED,
                     "option load_timeout_ms: a wait captured into a CUDA graph runs without the host and cannot "
                     "give up; capture with load_timeout_ms 0");
@@ -457,16 +464,18 @@ void Device::sync_scatters() {
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "the scatter stream");
 }
 
-void* Device::record_event(void* stream) {
+void* Device::record(void* stream, unsigned flags) {
   Guard g(ordinal_);
   cudaEvent_t e;
-  check(cudaEventCreateWithFlags(&e, cudaEventBlockingSync | cudaEventDisableTiming), "cudaEventCreate");
+  check(cudaEventCreateWithFlags(&e, flags), "cudaEventCreate");
   if (cudaError_t rc = cudaEventRecord(e, static_cast<cudaStream_t>(stream)); rc != cudaSuccess) {
     cudaEventDestroy(e);
     check(rc, "cudaEventRecord");
   }
   return e;
 }
+
+void* Device::record_event(void* stream) { return record(stream, cudaEventBlockingSync | cudaEventDisableTiming); }
 
 void Device::sync_event(void* event) {
   Guard g(ordinal_);
@@ -474,42 +483,25 @@ void Device::sync_event(void* event) {
 }
 
 void* Device::record_reached(void* stream) {
-  Guard g(ordinal_);
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture) != cudaSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  if (capture != cudaStreamCaptureStatusNone) return nullptr;
-  cudaEvent_t e;
-  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-  if (cudaError_t rc = cudaEventRecord(e, static_cast<cudaStream_t>(stream)); rc != cudaSuccess) {
-    cudaEventDestroy(e);
-    check(rc, "cudaEventRecord");
-  }
-  return e;
+  // Not while the stream captures (the event would never fire), nor when CUDA cannot tell.
+  if (capturing(static_cast<cudaStream_t>(stream)).value_or(true)) return nullptr;
+  return record(stream, cudaEventDisableTiming);
 }
 
 bool Device::event_done(void* event) noexcept {
-  int previous = -1;
-  const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != ordinal_;
-  if (switched) cudaSetDevice(ordinal_);
+  QuietGuard g(ordinal_);
   // Relaxed: the query must not disturb an engine's graph capture on another thread.
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   cudaThreadExchangeStreamCaptureMode(&mode);
   const cudaError_t rc = cudaEventQuery(static_cast<cudaEvent_t>(event));
   if (rc != cudaSuccess && rc != cudaErrorNotReady) cudaGetLastError();
   cudaThreadExchangeStreamCaptureMode(&mode);
-  if (switched) cudaSetDevice(previous);
   return rc == cudaSuccess;
 }
 
 void Device::destroy_event(void* event) noexcept {
-  int previous = -1;
-  const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != ordinal_;
-  if (switched) cudaSetDevice(ordinal_);
+  QuietGuard g(ordinal_);
   cudaEventDestroy(static_cast<cudaEvent_t>(event));
-  if (switched) cudaSetDevice(previous);
 }
 
 bool Device::owns(const void* p) const {

@@ -125,6 +125,7 @@ class Device {
               uint64_t terms = 0);
 
  private:
+  void* record(void* stream, unsigned flags);  // a new event, recorded on `stream`
   int ordinal_;
   void* stream_ = nullptr;         // scatters (from I/O threads)
   void* gather_stream_ = nullptr;  // gathers (from the scheduler thread)

@@ -477,9 +477,11 @@ void Batch::wait_layer(uint32_t layer) {
                                     std::to_string(layers_) + " layers)");
   TUTTI_EXPECT_CODE(state_ != State::kBuilding, TUTTI_ESTATE, "wait_layer before submit");
   auto t0 = std::chrono::steady_clock::now();
-  for (uint32_t n = host_next_.load(); n < layer + 1 && !host_next_.compare_exchange_weak(n, layer + 1);) {
+  if (rt_->config().store_slack) {  // where the engine is matters only to stores in the slack
+    for (uint32_t n = host_next_.load(); n < layer + 1 && !host_next_.compare_exchange_weak(n, layer + 1);) {
+    }
+    consumer_seen_.store(true, std::memory_order_release);
   }
-  consumer_seen_.store(true, std::memory_order_release);
   if (by_layer()) {
     std::unique_lock lock(mu_);
     TUTTI_EXPECT_CODE(layer_ready_[layer], TUTTI_ESTATE,

@@ -3,10 +3,12 @@
 #define _GNU_SOURCE
 #include "integrity.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -248,4 +250,31 @@ void it_preload_faultshim(const char* shim, const char* pool, const char* plan) 
   const char* prev = getenv("ASAN_OPTIONS");
   snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", prev ? prev : "", prev && *prev ? ":" : "");
   setenv("ASAN_OPTIONS", asan, 1);
+}
+
+int it_run_child(const char* shim, const char* plan, const char* stall_ms, const char* const* args) {
+  char dir[4096], pool[4200];
+  if (th_mkdtemp(dir, sizeof dir) != 0) {
+    fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
+    return -1;
+  }
+  it_pool_path(pool, sizeof pool, dir);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (plan) {
+      it_preload_faultshim(shim, pool, plan);
+      setenv("TUTTI_FAULT_STALL_MS", stall_ms, 1);
+    }
+    char* argv[16] = {"/proc/self/exe", "--child", dir};
+    for (size_t i = 0; args[i] && i + 4 < sizeof argv / sizeof argv[0]; i++) argv[3 + i] = (char*)args[i];
+    execv(argv[0], argv);
+    fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  int status = 0;
+  while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  th_rmtree(dir);
+  return pid > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

@@ -110,5 +110,10 @@ void it_child_fail(int code, const char* fmt, ...) __attribute__((format(printf,
 /* In a child about to exec: preload the fault shim (tests/integrity/faultshim.c) on the calls to
  * `pool` with `plan`; under AddressSanitizer the shim comes before ASan's runtime. */
 void it_preload_faultshim(const char* shim, const char* pool, const char* plan);
+/* Runs "/proc/self/exe --child DIR ARGS..." (args: NULL-terminated) in a child process and a
+ * fresh directory DIR, removed afterwards. With a `plan`, the child runs under the fault shim on
+ * DIR's pool (it_pool_path), each stalled read sleeping `stall_ms`. Returns the child's exit
+ * code, or -1 when it could not run or did not exit. */
+int it_run_child(const char* shim, const char* plan, const char* stall_ms, const char* const* args);
 
 #endif /* TUTTI_INTEGRITY_H */

@@ -17,11 +17,8 @@
  * Q's blocks Q, and a load of Q (into poisoned blocks) must give back Q.
  */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "integrity.h"
@@ -104,28 +101,9 @@ static int child(const char* dir, const char* slack) {
   return XC_OK;
 }
 
-static int run_case(const char* self, const char* slack) {
-  char dir[4096], pool[4200];
-  if (th_mkdtemp(dir, sizeof dir) != 0) {
-    fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
-    return 1;
-  }
-  it_pool_path(pool, sizeof pool, dir);
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid == 0) {
-    it_preload_faultshim(TUTTI_FAULTSHIM_PATH, pool, "pread:data:stall:1:0;preadv:data:stall:1:0");
-    setenv("TUTTI_FAULT_STALL_MS", "1500", 1);
-    char* args[] = {(char*)self, "--child", dir, (char*)slack, NULL};
-    execv(self, args);
-    fprintf(stderr, "exec %s: %s\n", self, strerror(errno));
-    _exit(XC_SETUP);
-  }
-  int status = 0;
-  while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  th_rmtree(dir);
-  const int code = pid > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+static int run_case(const char* slack) {
+  const char* args[] = {slack, NULL};
+  const int code = it_run_child(TUTTI_FAULTSHIM_PATH, "pread:data:stall:1:0;preadv:data:stall:1:0", "1500", args);
   printf("store_slack=%s: %s\n", slack, code == 0 ? "ok" : "FAILED");
   return code != 0;
 }
@@ -141,5 +119,5 @@ int main(int argc, char** argv) {
     printf("SKIP: the fault shim %s is not built\n", TUTTI_FAULTSHIM_PATH);
     return 77;
   }
-  return run_case("/proc/self/exe", "2") + run_case("/proc/self/exe", "0") ? 1 : 0;
+  return run_case("2") + run_case("0") ? 1 : 0;
 }

@@ -16,11 +16,9 @@
  * and blocks that always go through staging (HND, 8-token blocks).
  */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "integrity.h"
@@ -98,32 +96,12 @@ static int child(const char* dir, int variant, int stalled) {
   return XC_OK;
 }
 
-static int run_case(const char* self, int variant, int stalled) {
-  char dir[4096], pool[4200];
-  if (th_mkdtemp(dir, sizeof dir) != 0) {
-    fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
-    return 1;
-  }
-  it_pool_path(pool, sizeof pool, dir);
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid == 0) {
-    if (stalled) {
-      it_preload_faultshim(TUTTI_FAULTSHIM_PATH, pool, "pread:data:stall:1:0;preadv:data:stall:1:0");
-      setenv("TUTTI_FAULT_STALL_MS", "4000", 1);
-    }
-    char var[8];
-    snprintf(var, sizeof var, "%d", variant);
-    char* args[] = {(char*)self, "--child", dir, var, stalled ? "stall" : "clean", NULL};
-    execv(self, args);
-    fprintf(stderr, "exec %s: %s\n", self, strerror(errno));
-    _exit(XC_SETUP);
-  }
-  int status = 0;
-  while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  th_rmtree(dir);
-  const int code = pid > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+static int run_case(int variant, int stalled) {
+  char var[8];
+  snprintf(var, sizeof var, "%d", variant);
+  const char* args[] = {var, stalled ? "stall" : "clean", NULL};
+  const int code = it_run_child(TUTTI_FAULTSHIM_PATH, stalled ? "pread:data:stall:1:0;preadv:data:stall:1:0" : NULL,
+                                "4000", args);
   printf("%s %s layout: %s\n", stalled ? "stalled reads" : "clean reads", variant ? "staged" : "direct",
          code == 0 ? "ok" : "FAILED");
   return code != 0;
@@ -142,6 +120,6 @@ int main(int argc, char** argv) {
   }
   int failed = 0;
   for (int variant = 0; variant < 2; variant++)
-    for (int stalled = 0; stalled < 2; stalled++) failed += run_case("/proc/self/exe", variant, stalled);
+    for (int stalled = 0; stalled < 2; stalled++) failed += run_case(variant, stalled);
   return failed ? 1 : 0;
 }

@@ -16,11 +16,27 @@
 namespace tutti {
 namespace {
 
+struct Log {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> lines;
+  void add(std::string line) {
+    std::lock_guard lock(mu);
+    lines.push_back(std::move(line));
+    cv.notify_all();
+  }
+  // Waits (at most 10 s) until `n` lines are logged; returns them.
+  std::vector<std::string> at_least(size_t n) {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(10), [&] { return lines.size() >= n; });
+    return lines;
+  }
+};
+
 // A batch whose layers land when the test says so; it logs what the scheduler issued.
 class FakeBatch final : public Scheduled {
  public:
-  FakeBatch(bool load, uint32_t layers, std::vector<std::string>* log, std::mutex* mu, std::condition_variable* cv)
-      : load_(load), layers_(layers), log_(log), mu_(mu), cv_(cv) {}
+  FakeBatch(bool load, uint32_t layers, Log* log) : load_(load), layers_(layers), log_(log) {}
   bool is_load() const override { return load_; }
   uint32_t layers() const override { return layers_; }
   uint32_t done_prefix() const override { return landed_.load(); }
@@ -30,16 +46,8 @@ class FakeBatch final : public Scheduled {
     while (hold_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return ahead_.load();
   }
-  void issue_layer(uint32_t layer) override {
-    std::lock_guard lock(*mu_);
-    log_->push_back(std::string(load_ ? "load " : "store ") + std::to_string(layer));
-    cv_->notify_all();
-  }
-  void commit() override {
-    std::lock_guard lock(*mu_);
-    log_->push_back("commit");
-    cv_->notify_all();
-  }
+  void issue_layer(uint32_t layer) override { log_->add(std::string(load_ ? "load " : "store ") + std::to_string(layer)); }
+  void commit() override { log_->add("commit"); }
   std::atomic<uint32_t> landed_{0};
   std::atomic<bool> cancelled_{false};
   std::atomic<uint32_t> ahead_{0};
@@ -49,26 +57,12 @@ class FakeBatch final : public Scheduled {
  private:
   const bool load_;
   const uint32_t layers_;
-  std::vector<std::string>* log_;
-  std::mutex* mu_;
-  std::condition_variable* cv_;
-};
-
-struct Log {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<std::string> lines;
-  // Waits (at most 10 s) until `n` lines are logged; returns them.
-  std::vector<std::string> at_least(size_t n) {
-    std::unique_lock lock(mu);
-    cv.wait_for(lock, std::chrono::seconds(10), [&] { return lines.size() >= n; });
-    return lines;
-  }
+  Log* log_;
 };
 
 TEST(Scheduler, AStoreWaitsUntilEveryLoadHasLanded) {
   Log log;
-  FakeBatch load(true, 2, &log.lines, &log.mu, &log.cv), store(false, 1, &log.lines, &log.mu, &log.cv);
+  FakeBatch load(true, 2, &log), store(false, 1, &log);
   ReadsFirst rf;
   Scheduler s(4, 0, 0, rf);
   s.enqueue(&load);
@@ -87,7 +81,7 @@ TEST(Scheduler, AStoreWaitsUntilEveryLoadHasLanded) {
 
 TEST(Scheduler, ALoadIsIssuedWhileAStoreIsInFlight) {
   Log log;
-  FakeBatch store(false, 3, &log.lines, &log.mu, &log.cv), load(true, 1, &log.lines, &log.mu, &log.cv);
+  FakeBatch store(false, 3, &log), load(true, 1, &log);
   ReadsFirst rf;
   Scheduler s(1, 0, 0, rf);
   s.enqueue(&store);
@@ -110,7 +104,7 @@ TEST(Scheduler, ALoadIsIssuedWhileAStoreIsInFlight) {
 // one its engine computes, one store layer at a time; with less slack the store waits again.
 TEST(Scheduler, AStoreFitsIntoTheLoadsSlackOneLayerAtATime) {
   Log log;
-  FakeBatch load(true, 8, &log.lines, &log.mu, &log.cv), store(false, 4, &log.lines, &log.mu, &log.cv);
+  FakeBatch load(true, 8, &log), store(false, 4, &log);
   ReadsFirst rf;
   Scheduler s(4, 2, 0, rf);
   s.enqueue(&load);
@@ -144,8 +138,8 @@ TEST(Scheduler, AStoreFitsIntoTheLoadsSlackOneLayerAtATime) {
 // layer is handed out still counts until it asks to be committed.
 TEST(Scheduler, StoresShareTheSlackOneLayerAtATime) {
   Log log;
-  FakeBatch load(true, 8, &log.lines, &log.mu, &log.cv), a(false, 1, &log.lines, &log.mu, &log.cv),
-      b(false, 1, &log.lines, &log.mu, &log.cv);
+  FakeBatch load(true, 8, &log), a(false, 1, &log),
+      b(false, 1, &log);
   ReadsFirst rf;
   Scheduler s(4, 2, 0, rf);
   s.enqueue(&load);
@@ -170,7 +164,7 @@ TEST(Scheduler, StoresShareTheSlackOneLayerAtATime) {
 // be freed) waits until the question is over.
 TEST(Scheduler, ALoadLandingWhileAskedWaitsForTheQuestion) {
   Log log;
-  FakeBatch load(true, 1, &log.lines, &log.mu, &log.cv), store(false, 1, &log.lines, &log.mu, &log.cv);
+  FakeBatch load(true, 1, &log), store(false, 1, &log);
   ReadsFirst rf;
   Scheduler s(4, 2, 0, rf);
   s.enqueue(&load);
@@ -196,8 +190,7 @@ TEST(Scheduler, ALoadLandingWhileAskedWaitsForTheQuestion) {
 // whose engine waits for reads.
 TEST(Scheduler, SlackIsEveryLoadsInFlight) {
   Log log;
-  FakeBatch a(true, 1, &log.lines, &log.mu, &log.cv), b(true, 1, &log.lines, &log.mu, &log.cv),
-      store(false, 1, &log.lines, &log.mu, &log.cv);
+  FakeBatch a(true, 1, &log), b(true, 1, &log), store(false, 1, &log);
   ReadsFirst rf;
   Scheduler s(4, 2, 0, rf);
   s.enqueue(&a);
@@ -219,7 +212,7 @@ TEST(Scheduler, SlackIsEveryLoadsInFlight) {
 // flight, so destroying it does not wait for unrelated loads.
 TEST(Scheduler, ACancelledStoreDoesNotWaitForLoads) {
   Log log;
-  FakeBatch load(true, 1, &log.lines, &log.mu, &log.cv), store(false, 1, &log.lines, &log.mu, &log.cv);
+  FakeBatch load(true, 1, &log), store(false, 1, &log);
   ReadsFirst rf;
   Scheduler s(4, 0, 0, rf);
   s.enqueue(&load);
@@ -233,7 +226,7 @@ TEST(Scheduler, ACancelledStoreDoesNotWaitForLoads) {
 
 TEST(Scheduler, TellsTheWritersGateOfEveryLoadInFlight) {
   Log log;
-  FakeBatch a(true, 1, &log.lines, &log.mu, &log.cv), b(true, 1, &log.lines, &log.mu, &log.cv);
+  FakeBatch a(true, 1, &log), b(true, 1, &log);
   ReadsFirst rf;
   Scheduler s(4, 0, 0, rf);
   s.enqueue(&a);
