@@ -179,14 +179,18 @@ TUTTI_API const char* tutti_last_error(void);
  *                    them), and refuses a staging smaller than one. Stores have staging of
  *                    their own, half as much, so a load never waits for a store's buffers.
  *   device_staging   bytes of GPU memory, half for loads and half for stores, that bytes
- *                    between host memory (staging of uring, posix, passthru, nvme; the dram
- *                    pool) and CUDA memory cross through on the GPU's copy engines; the copy
- *                    kernels then move them between it and the blocks at HBM speed, so the
- *                    model's kernels keep their SMs while bytes cross PCIe. Loads use theirs
- *                    in two halves: the DMA into one overlaps the scatter out of the other.
- *                    auto (default): 64M, or two chunk-layers if more. A size: at least two
- *                    chunk-layers. 0: the copy kernels read and write host memory over PCIe
- *                    themselves (their warps wait on PCIe, occupying SMs).
+ *                    between host memory (staging of uring, posix, passthru, nvme and
+ *                    gpu-uring; the dram pool) and CUDA memory cross through on the GPU's copy
+ *                    engines; the copy kernels then move them between it and the blocks at HBM
+ *                    speed, so the model's kernels keep their SMs while bytes cross PCIe.
+ *                    Loads use theirs in two halves: the DMA into one overlaps the scatter out
+ *                    of the other. auto (default): 64M, or two chunk-layers if more. A size: at
+ *                    least two chunk-layers. 0: the copy kernels read and write host memory
+ *                    over PCIe themselves (their warps wait on PCIe, occupying SMs).
+ *   load_priority    normal | high: the CUDA stream priority of a load's copies into the
+ *                    blocks and of gpu-uring's read kernels. normal (default): CUDA's default,
+ *                    the engine's streams' too. high: the device's highest, so their thread
+ *                    blocks go to the SMs before the engine's waiting ones.
  *   stream_wait      host | gpu: how tutti_batch_wait_layer_async waits outside CUDA graph
  *                    capture. host (default): the call returns once the layer's copies are
  *                    queued on tutti's stream (the stream then waits for them by event) or

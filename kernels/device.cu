@@ -301,7 +301,7 @@ int device_count() {
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-Device::Device(int ordinal) : ordinal_(ordinal) {
+Device::Device(int ordinal, bool high_load_priority) : ordinal_(ordinal) {
   std::string why = unavailable_reason();
   if (!why.empty()) fail(TUTTI_EUNSUPPORTED, why);
   TUTTI_EXPECT(ordinal >= 0 && ordinal < device_count(), "CUDA device " + std::to_string(ordinal) + " does not exist");
@@ -317,8 +317,13 @@ Device::Device(int ordinal) : ordinal_(ordinal) {
   check(cudaFuncGetAttributes(&a, wait_layer), "load kernel");
   check(cudaFuncGetAttributes(&a, layer_terms<true>), "load kernel");
   check(cudaFuncGetAttributes(&a, layer_terms<false>), "load kernel");
+  if (high_load_priority) {
+    int least = 0, greatest = 0;
+    check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+    load_priority_ = greatest;
+  }
   cudaStream_t s;
-  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, load_priority_), "cudaStreamCreate");
   stream_ = s;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   gather_stream_ = s;
@@ -328,7 +333,7 @@ Device::Device(int ordinal) : ordinal_(ordinal) {
   cudaEvent_t e;
   check(cudaEventCreateWithFlags(&e, cudaEventBlockingSync | cudaEventDisableTiming), "cudaEventCreate");
   gathered_ = e;
-  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, load_priority_), "cudaStreamCreate");
   dma_stream_ = s;
   for (int h = 0; h < 2; ++h)
     for (void** at : {&half_filled_[h], &half_emptied_[h]}) {
@@ -577,13 +582,18 @@ void Device::set_staging(uint64_t bytes, uint64_t extent) {
 }
 
 void Device::scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
-                     void (*done)(void*), void* arg, uint64_t status, uint64_t terms, bool from_host) {
+                     void (*done)(void*), void* arg, uint64_t status, uint64_t terms, bool from_host,
+                     const AfterReads* after) {
   Guard g(ordinal_);
   auto s = static_cast<cudaStream_t>(stream_);
   auto* list = reinterpret_cast<const ChunkCopy*>(chunks);
   auto* st = reinterpret_cast<const int32_t*>(status);
   auto* sums = reinterpret_cast<uint64_t*>(terms);
+  auto reads = static_cast<cudaEvent_t>(after ? after->reads : nullptr);
+  // The DMA reads status now, on the host: only where it is final already.
+  const int32_t* skip = reads ? nullptr : st;
   try {
+    if (reads) check(cudaStreamWaitEvent(s, reads, 0), "cudaStreamWaitEvent");
     if (n && from_host && load_stage_.base) {
       // Through the copy engines into device staging, then an HBM-to-HBM scatter: the scatter
       // kernel's warps no longer sit on PCIe reads while the engine's kernels want the SMs.
@@ -594,13 +604,14 @@ void Device::scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, siz
       auto dma = static_cast<cudaStream_t>(dma_stream_);
       std::lock_guard lock(load_stage_.mu);
       try {
+        if (reads) check(cudaStreamWaitEvent(dma, reads, 0), "cudaStreamWaitEvent");
         for (size_t i = 0; i < n; i += per_half) {
           const size_t m = std::min(n - i, per_half);
           const unsigned h = load_stage_.chunks >= 2 ? (next_half_ ^= 1) : 0;
           char* stage = load_stage_.base + h * per_half * extent;
           auto filled = static_cast<cudaEvent_t>(half_filled_[h]), emptied = static_cast<cudaEvent_t>(half_emptied_[h]);
           check(cudaStreamWaitEvent(dma, emptied, 0), "cudaStreamWaitEvent");
-          copy_stage(dma, stage, list + i, st ? st + i : nullptr, m, extent, true);
+          copy_stage(dma, stage, list + i, skip ? skip + i : nullptr, m, extent, true);
           check(cudaEventRecord(filled, dma), "cudaEventRecord");
           check(cudaStreamWaitEvent(s, filled, 0), "cudaStreamWaitEvent");
           launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), list + i, m,
@@ -625,15 +636,12 @@ void Device::scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, siz
     cudaStreamSynchronize(s);
     throw;
   }
-}
-
-void Device::scatter_on(void* stream, const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
-                        uint64_t status, uint64_t terms) {
-  if (!n) return;
-  Guard g(ordinal_);
-  launch<true>(static_cast<cudaStream_t>(stream), l, static_cast<char*>(k), static_cast<char*>(v),
-               reinterpret_cast<const ChunkCopy*>(chunks), n, reinterpret_cast<const int32_t*>(ids),
-               reinterpret_cast<const int32_t*>(status), reinterpret_cast<uint64_t*>(terms));
+  // done(arg) is queued: a throw now would have the caller fail a layer that lands. Without
+  // the event, wait here instead: then nothing of the layer is in flight.
+  if (after && after->freed && cudaEventRecord(static_cast<cudaEvent_t>(after->freed), s) != cudaSuccess) {
+    cudaGetLastError();
+    cudaStreamSynchronize(s);
+  }
 }
 
 void Device::layer_terms_sync(const CopyLayout& l, const void* k, const void* v, uint64_t chunks, size_t n,

@@ -32,12 +32,15 @@ struct ChunkCopy {
 // A CUDA device as one runtime uses it: an internal stream and pinned staging.
 class Device {
  public:
-  explicit Device(int ordinal);  // throws Error(EUNSUPPORTED) with the reason
+  // Throws Error(EUNSUPPORTED) with the reason. `high_load_priority`: the streams of loads'
+  // copies at the device's highest priority (option load_priority).
+  explicit Device(int ordinal, bool high_load_priority = false);
   ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
   int ordinal() const { return ordinal_; }
+  int load_priority() const { return load_priority_; }  // a CUDA stream priority, for loads' streams
   // True if p is device memory of this device (or managed memory it can reach).
   bool owns(const void* p) const;
   // Pins host memory and maps it for the device; returns the device-visible address.
@@ -104,11 +107,18 @@ class Device {
   // A chunk whose int32 in `status` (device-visible, optional) is not 0 is left alone.
   // With `terms` (device-visible uint64_t[n], optional) a second kernel then checksums each
   // chunk-layer where it landed: terms[i] is the sum of its page terms (kernels/layer_sum.hpp).
+  //
+  // `after` (gpu-uring): the copies go after the GPU's own reads of the layer, which end where
+  // the event `reads` was recorded and write `status` as they finish, so the DMA into device
+  // staging cannot skip a failed chunk in advance (it moves every chunk; the kernels skip them);
+  // `freed` is recorded once done(arg) has run: the staging may take the next reads.
+  struct AfterReads {
+    void* reads = nullptr;
+    void* freed = nullptr;
+  };
   void scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
-               void (*done)(void*), void* arg, uint64_t status, uint64_t terms, bool from_host);
-  // The same on a caller's stream, skipping chunks whose int32 `status` (device-visible) is not 0.
-  void scatter_on(void* stream, const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
-                  uint64_t status, uint64_t terms = 0);
+               void (*done)(void*), void* arg, uint64_t status, uint64_t terms, bool from_host,
+               const AfterReads* after = nullptr);
   // The checksum kernel alone, waited for: terms[i] for chunk i as the blocks hold it now.
   void layer_terms_sync(const CopyLayout& l, const void* k, const void* v, uint64_t chunks, size_t n, uint64_t ids,
                         uint64_t terms);
@@ -154,6 +164,7 @@ class Device {
   std::vector<Pinned> pinned_;
   uint64_t* control_ = nullptr;  // [0] newest epoch, [1 + l] epoch up to which layer l landed
   bool gpu_waits_ = false;
+  int load_priority_ = 0;  // CUDA's default: the lowest
   std::mutex ready_mu_;  // host waits sleep on ready_cv_ until control_ moves
   std::condition_variable ready_cv_;
   uint64_t* control_dev_ = nullptr;

@@ -12,7 +12,7 @@ namespace {
 
 std::string unavailable_reason() { return "this build of tutti has no CUDA"; }
 int device_count() { return 0; }
-Device::Device(int ordinal) : ordinal_(ordinal) { no_cuda(); }
+Device::Device(int ordinal, bool) : ordinal_(ordinal) { no_cuda(); }
 Device::~Device() = default;
 bool Device::owns(const void*) const { return false; }
 uint64_t Device::pin(void*, size_t) { no_cuda(); }
@@ -32,10 +32,7 @@ bool Device::event_done(void*) noexcept { return false; }
 void* Device::host_alloc(size_t, uint64_t*) { no_cuda(); }
 void Device::host_free(void*) {}
 void Device::scatter(const CopyLayout&, void*, void*, uint64_t, size_t, uint64_t, void (*)(void*), void*, uint64_t,
-                     uint64_t, bool) {
-  no_cuda();
-}
-void Device::scatter_on(void*, const CopyLayout&, void*, void*, uint64_t, size_t, uint64_t, uint64_t, uint64_t) {
+                     uint64_t, bool, const AfterReads*) {
   no_cuda();
 }
 void Device::layer_terms_sync(const CopyLayout&, const void*, const void*, uint64_t, size_t, uint64_t, uint64_t) {

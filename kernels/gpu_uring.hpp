@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The GPU side of the gpu-uring backend, behind a CUDA-free interface. GPU warps write a layer's
 // read SQEs into io_uring rings that live in host memory mapped for the device; the rings'
-// SQPOLL kernel threads submit them; the warps poll the completion queues; a copy kernel then
-// scatters the layer into the paged blocks. The CPU launches two kernels and one host callback
-// per layer, whatever the number of chunks or blocks.
+// SQPOLL kernel threads submit them; the warps poll the completion queues; the device's copies
+// (Device::scatter, after an event) then move the layer into the paged blocks. The CPU launches
+// one read kernel, the copies and one host callback per layer, whatever the number of blocks.
 #pragma once
 
 #include <cstddef>
@@ -69,9 +69,10 @@ class UringDriver {
   UringDriver(const UringDriver&) = delete;
   UringDriver& operator=(const UringDriver&) = delete;
 
-  // Reads, then scatters, one layer on stream `stream` (< kMaxStreams); then done(arg) runs
-  // on a CUDA thread. Layers on one stream run in order: a stream's staging is free again
-  // when its previous layer's callback has run. Called from one thread at a time.
+  // Reads one layer on stream `stream` (< kMaxStreams), then scatters it on the device's
+  // scatter stream (so the engine's stream-ordered waits may wait for it there); then done(arg)
+  // runs on a CUDA thread. A stream's reads wait until its previous layer's callback has run:
+  // its staging and status are free again then. Called from one thread at a time.
   void load_layer(uint32_t stream, const LayerLoad& a, void (*done)(void*), void* arg);
   // The most reads one layer may put on a ring, so no completion queue can overflow.
   uint32_t max_per_ring() const;
@@ -85,6 +86,8 @@ class UringDriver {
   uint64_t launched_[kMaxStreams] = {};
   bool broken_ = false;  // a launch failed: the counters may be ahead of the rings
   void* streams_[kMaxStreams] = {};
+  void* read_[kMaxStreams] = {};   // per stream: its layer's reads are over
+  void* freed_[kMaxStreams] = {};  // per stream: its layer's copies and callback are over
   uint64_t views_ = 0;     // device copy of the rings' device-side pointers
 };
 

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// gpu-uring loads: per layer, one launch on the GPU writes the layer's io_uring submissions,
-// polls their completions and scatters what landed into the blocks; the CPU only launches it.
+// gpu-uring loads: per layer, one launch on the GPU writes the layer's io_uring submissions
+// and polls their completions; the device's copies then move what landed into the blocks. The
+// CPU only launches them.
 #include <algorithm>
+#include <atomic>
+#include <memory>
 
 #include "common/error.hpp"
 #include "common/units.hpp"
@@ -15,7 +18,9 @@ namespace {
 class GpuUringRun final : public RunBase {
  public:
   GpuUringRun(const PathParts& parts, std::deque<PathChunk>& chunks, PathSink& sink)
-      : RunBase(parts, true, chunks, sink), mem_(*parts.device, *parts.kv, chunks, parts.kv->shape().layers, false, verify_) {
+      : RunBase(parts, true, chunks, sink),
+        mem_(*parts.device, *parts.kv, chunks, parts.kv->shape().layers, false, verify_),
+        landing_(std::make_unique<std::atomic<uint32_t>[]>(parts.kv->shape().layers)) {
     GpuUring& gu = *p_.gpu_uring;
     Staging& staging = *p_.staging;
     const size_t n = chunks_.size();
@@ -85,26 +90,36 @@ class GpuUringRun final : public RunBase {
     a.k = kv_.k(layer);
     a.v = kv_.v(layer);
     p_.counters->ios += n;
+    // The layer lands once its callback has run and this call is done with the run.
+    landing_[layer].store(2);
     auto* arg = new LandedCall<GpuUringRun>{this, layer};
     try {
       p_.gpu_uring->load_layer(k, a, LandedCall<GpuUringRun>::call, arg);
     } catch (const Error& e) {
       delete arg;
       for (uint32_t i = 0; i < n; ++i) fail(i, layer, e.code(), e.what());
-      sink_.layer_landed(layer);
+      landing_[layer].store(0);
+      return sink_.layer_landed(layer);
     }
+    sink_.layer_queued(layer);
+    release(layer);
   }
 
   void all_landed() override { release_staging(); }
 
   // On a CUDA thread, once the layer's reads are over and its good chunks are in the blocks.
-  // Layer L uses set L % sets and the driver's stream of the same number, so a set is reused
-  // only after the stream has finished the layer before.
+  // Layer L uses set L % sets and the driver's stream of the same number, whose reads wait
+  // until the callback of the layer before on it has run: a set is reused only after that.
   void landed(uint32_t layer) {
-    land(layer, sets_[layer % sets_.size()].status_host, verify_ ? mem_.terms(layer) : nullptr, true);
+    check_layer(layer, sets_[layer % sets_.size()].status_host, verify_ ? mem_.terms(layer) : nullptr, true);
+    release(layer);
   }
 
  private:
+  void release(uint32_t layer) {
+    if (landing_[layer].fetch_sub(1) == 1) sink_.layer_landed(layer);
+  }
+
   void release_staging() {
     for (const Staging::Buffer& b : held_) p_.staging->release(b);
     held_.clear();
@@ -121,6 +136,7 @@ class GpuUringRun final : public RunBase {
   uint64_t chunks_dev_ = 0;
   std::vector<Set> sets_;
   std::vector<Staging::Buffer> held_;  // every set's staging, for the whole batch
+  std::unique_ptr<std::atomic<uint32_t>[]> landing_;  // per layer: 2, 1, 0 = landed
 };
 
 class GpuUringPath final : public LayerPath {

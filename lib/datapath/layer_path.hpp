@@ -14,7 +14,8 @@
 // issued layer ends with exactly one PathSink::layer_landed. A layer_landed call is the last
 // thing its caller does with the run and the sink: once the last layer has landed, the batch
 // may be freed, its run with it, on another thread. A path whose copies into CUDA memory are
-// work on the device's stream (staged-cuda, mapped-cuda) says so with layer_queued first.
+// work on the device's stream (staged-cuda, mapped-cuda, gpu-uring) says so with layer_queued
+// first.
 #pragma once
 
 #include <atomic>

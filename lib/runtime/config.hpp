@@ -37,6 +37,7 @@ struct Config {
   uint64_t staging = 0;
   uint64_t device_staging = 0;  // or kDeviceStagingAuto
   bool gpu_waits = false;  // option stream_wait: host, or gpu
+  bool high_load_priority = false;  // option load_priority: normal, or high
   uint64_t dram_tier = 0;
   uint32_t lookahead = 0;
   uint32_t rings = 0;

@@ -105,7 +105,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   Plan plan = make_plan(cfg_, opened_, *binding);
   std::unique_ptr<gpu::Device> device;
   if (binding->on_device()) {
-    device = std::make_unique<gpu::Device>(binding->device());
+    device = std::make_unique<gpu::Device>(binding->device(), cfg_.high_load_priority);
     device->set_layers(shape.layers);
     device->set_staging(cfg_.device_staging == kDeviceStagingAuto ? std::max<uint64_t>(64 << 20, 2 * shape.layer_bytes())
                                                                   : cfg_.device_staging,

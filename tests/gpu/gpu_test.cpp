@@ -140,12 +140,14 @@ tutti_runtime* open_with(const std::vector<std::pair<std::string, std::string>>&
 
 tutti_runtime* open_runtime(const std::string& pool, const char* backend, const tutti_kv_layout& l, bool verify = true,
                             const char* io_mode = "object", int* rc_out = nullptr,
-                            const char* device_staging = nullptr, const char* staging = nullptr) {
+                            const char* device_staging = nullptr, const char* staging = nullptr,
+                            const char* load_priority = nullptr) {
   std::vector<std::pair<std::string, std::string>> opts = {
       {"pool", pool},        {"capacity", "256M"}, {"chunk_tokens", "64"},
       {"backend", backend}, {"io_mode", io_mode}, {"verify", verify ? "on" : "unsafe-off"}};
   if (device_staging) opts.emplace_back("device_staging", device_staging);
   if (staging) opts.emplace_back("staging", staging);
+  if (load_priority) opts.emplace_back("load_priority", load_priority);
   return open_with(opts, l, rc_out);
 }
 
@@ -189,6 +191,7 @@ struct Case {
   // Option staging (null: the default). Below a layer of the batch ("1M": four chunk-layers, a
   // layer here has up to 22) a load into HBM goes in waves, each scattered as its reads land.
   const char* staging = nullptr;
+  const char* load_priority = nullptr;  // option load_priority (null: the default)
 };
 
 class GpuRoundTrip : public ::testing::TestWithParam<Case> {};
@@ -200,7 +203,7 @@ TEST_P(GpuRoundTrip, StoreFromHbmLoadIntoHbm) {
   DeviceKv kv(layers, blocks, bt, 8, 128, c.hnd);
   int rc = 0;
   tutti_runtime* rt = open_runtime(dir.path + "/pool", c.backend, kv.layout, c.verify, c.io_mode, &rc,
-                                   c.device_staging, c.staging);
+                                   c.device_staging, c.staging, c.load_priority);
   if (rc == TUTTI_EUNSUPPORTED && std::string(c.backend) == "cufile") GTEST_SKIP() << tutti_last_error();
   ASSERT_NE(rt, nullptr) << tutti_strerror(rc) << ": " << tutti_last_error();
 
@@ -256,7 +259,11 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GpuRoundTrip,
                                            Case{"dram", 1, true, true, "object", "1536K"},
                                            Case{"uring", 0, true, false, "object", nullptr, "1M"},
                                            Case{"posix", 1, true, true, "object", "512K", "256K"},
-                                           Case{"uring", 0, true, false, "object", "0", "768K"}));
+                                           Case{"uring", 0, true, false, "object", "0", "768K"},
+                                           Case{"gpu-uring", 0, true, false, "object", "0"},
+                                           Case{"gpu-uring", 1, true, false, "object", "512K"},
+                                           Case{"gpu-uring", 0, true, false, "object", nullptr, nullptr, "high"},
+                                           Case{"posix", 1, true, true, "object", nullptr, nullptr, "high"}));
 
 // store_sums=gpu: each store's checksums come from the gather's checksum kernel, and every load
 // is checked against them where it lands: a prompt ending inside a chunk (its partial chunk

@@ -46,6 +46,9 @@ TEST(Options, DefaultsEnvironmentAndOverrides) {
   ASSERT_EQ(c.pools.size(), 2u);
   EXPECT_EQ(c.pools[1].path, "/b/p1");
   EXPECT_EQ(c.lookahead, 4u);
+  EXPECT_FALSE(c.high_load_priority);
+  o.set("load_priority", "high");
+  EXPECT_TRUE(o.resolve().high_load_priority);
   o.set("chunk_tokens", "128");
   o.set("pool", "/c/p");
   c = o.resolve();
@@ -75,6 +78,7 @@ TEST(Options, BadInputIsRefusedAtSet) {
   EXPECT_THROW(o.set("backend", "magic"), Error);
   EXPECT_THROW(o.set("capacity", "-1"), Error);
   EXPECT_THROW(o.set("verify", "maybe"), Error);
+  EXPECT_THROW(o.set("load_priority", "urgent"), Error);
   ::setenv("TUTTI_RINGS", "zero", 1);
   try {
     o.resolve();
