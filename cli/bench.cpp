@@ -238,7 +238,9 @@ int cmd_bench(int argc, char** argv) {
     if (a.cuda) {
       if (!h2d) h2d = h2d_bandwidth(uint64_t{a.chunk_tokens} * a.model->heads * a.model->head_dim * a.model->elem_bytes * 2);
       for (auto [name, gbps, at] : {std::tuple{"raw-h2d", h2d->gbps, &h2d->at},
-                                    std::tuple{"raw-h2d-extents", h2d->extents_gbps, &h2d->extents_at}}) {
+                                    std::tuple{"raw-h2d-extents", h2d->extents_gbps, &h2d->extents_at},
+                                    std::tuple{"raw-h2d-rows", h2d->rows_gbps, &h2d->rows_at}}) {
+        if (gbps <= 0) continue;  // no rows figure (chunk-layers over 8 MiB)
         Row row;
         row.run = i + 1;
         row.bench = name;

@@ -717,7 +717,7 @@ void fill_zero(void* dst, size_t bytes) {
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // done before tutti's streams touch it
 }
 
-double h2d_gbps(int ordinal, uint64_t bytes, uint64_t piece, unsigned streams) {
+double h2d_gbps(int ordinal, uint64_t bytes, uint64_t piece, unsigned streams, uint64_t rows) {
   Guard g(ordinal);
   void* host = nullptr;
   void* dev = nullptr;
@@ -729,8 +729,9 @@ double h2d_gbps(int ordinal, uint64_t bytes, uint64_t piece, unsigned streams) {
   };
   double best = 0;
   try {
-    check(cudaHostAlloc(&host, bytes, cudaHostAllocPortable), "cudaHostAlloc");
-    std::memset(host, 0x5A, bytes);
+    const uint64_t spread = rows > 1 ? 2 : 1;  // rows: every other piece of twice the memory
+    check(cudaHostAlloc(&host, spread * bytes, cudaHostAllocPortable), "cudaHostAlloc");
+    std::memset(host, 0x5A, spread * bytes);
     check(cudaMalloc(&dev, bytes), "cudaMalloc");
     for (unsigned i = 0; i < streams; ++i) {
       cudaStream_t s;
@@ -739,10 +740,18 @@ double h2d_gbps(int ordinal, uint64_t bytes, uint64_t piece, unsigned streams) {
     }
     for (int run = 0; run < 4; ++run) {
       const auto t0 = std::chrono::steady_clock::now();
-      for (uint64_t o = 0, i = 0; o < bytes; o += piece, ++i)
-        check(cudaMemcpyAsync(static_cast<char*>(dev) + o, static_cast<const char*>(host) + o,
-                              std::min(piece, bytes - o), cudaMemcpyHostToDevice, ss[i % ss.size()]),
-              "cudaMemcpyAsync");
+      if (rows > 1) {
+        const uint64_t group = piece * rows;
+        for (uint64_t o = 0, i = 0; o < bytes; o += group, ++i)
+          check(cudaMemcpy2DAsync(static_cast<char*>(dev) + o, piece, static_cast<const char*>(host) + 2 * o, 2 * piece,
+                                  piece, std::min(group, bytes - o) / piece, cudaMemcpyHostToDevice, ss[i % ss.size()]),
+                "cudaMemcpy2DAsync");
+      } else {
+        for (uint64_t o = 0, i = 0; o < bytes; o += piece, ++i)
+          check(cudaMemcpyAsync(static_cast<char*>(dev) + o, static_cast<const char*>(host) + o,
+                                std::min(piece, bytes - o), cudaMemcpyHostToDevice, ss[i % ss.size()]),
+                "cudaMemcpyAsync");
+      }
       for (cudaStream_t s : ss) check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (run) best = std::max(best, static_cast<double>(bytes) / secs / 1e9);

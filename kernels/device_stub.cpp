@@ -46,7 +46,7 @@ void free(void*) {}
 void copy_to_device(void*, const void*, size_t) { no_cuda(); }
 void copy_to_host(void*, const void*, size_t) { no_cuda(); }
 void fill_zero(void*, size_t) { no_cuda(); }
-double h2d_gbps(int, uint64_t, uint64_t, unsigned) { no_cuda(); }
+double h2d_gbps(int, uint64_t, uint64_t, unsigned, uint64_t) { no_cuda(); }
 
 UringDriver::UringDriver(Device& dev, const std::vector<RingView>&) : dev_(dev) { no_cuda(); }
 UringDriver::~UringDriver() = default;
