@@ -187,10 +187,12 @@ TUTTI_API const char* tutti_last_error(void);
  *                    of the other. auto (default): 64M, or two chunk-layers if more. A size: at
  *                    least two chunk-layers. 0: the copy kernels read and write host memory
  *                    over PCIe themselves (their warps wait on PCIe, occupying SMs).
- *   load_priority    normal | high: the CUDA stream priority of a load's copies into the
- *                    blocks and of gpu-uring's read kernels. normal (default): CUDA's default,
- *                    the engine's streams' too. high: the device's highest, so their thread
- *                    blocks go to the SMs before the engine's waiting ones.
+ *   load_priority    normal | high: the CUDA stream priority of a load's copy and checksum
+ *                    kernels and of gpu-uring's read kernels. normal (default): CUDA's
+ *                    default, which an engine's streams have unless it chose otherwise. high:
+ *                    the device's highest, so their thread blocks go to the SMs before the
+ *                    engine's waiting ones (with device_staging=0 that includes copy kernels
+ *                    whose warps wait on PCIe). DMAs on the copy engines are not affected.
  *   stream_wait      host | gpu: how tutti_batch_wait_layer_async waits outside CUDA graph
  *                    capture. host (default): the call returns once the layer's copies are
  *                    queued on tutti's stream (the stream then waits for them by event) or
@@ -488,8 +490,9 @@ TUTTI_API int tutti_batch_wait_layer(tutti_batch* b, uint32_t layer);
  * default) the call blocks until the bytes are in place or every copy that brings them is
  * queued on tutti's own CUDA stream; then it makes `cuda_stream` wait for those copies with a
  * CUDA event (one stream, in order: the GPU may then also wait for copies tutti queued before,
- * of a later batch too). Either way the GPU only ever waits for work already queued, never for
- * tutti's threads. Inside CUDA graph capture (or with stream_wait=gpu) it returns at once and a
+ * of a later batch too; with gpu-uring, whose copies are queued behind its read kernel, also
+ * for those copies' reads). Either way the GPU only ever waits for work already queued, never
+ * for tutti's threads (gpu-uring's read kernels need the kernel's SQPOLL threads). Inside CUDA graph capture (or with stream_wait=gpu) it returns at once and a
  * one-warp kernel on the stream spins until the layer is in place; a captured wait applies to
  * whichever load batch is the most recent one when it runs (and the ones before it), so
  * submit a batch before launching a graph that waits on it. A spinning wait holds its stream,

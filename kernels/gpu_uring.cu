@@ -208,6 +208,7 @@ void UringDriver::load_layer(uint32_t stream, const LayerLoad& a, void (*done)(v
   TUTTI_EXPECT_CODE(!broken_, TUTTI_EIO, "gpu-uring: a layer's launch failed before; this runtime's gpu-uring queues no more");
   Guard g(dev_.ordinal());
   auto s = static_cast<cudaStream_t>(streams_[stream]);
+  bool launched = false;
   try {
     if (!a.n) return dev_.scatter(a.layout, a.k, a.v, a.copies, 0, a.ids, done, arg, a.status, a.terms, true);
     // This stream's staging and status take new reads once its last layer's copies and
@@ -217,6 +218,7 @@ void UringDriver::load_layer(uint32_t stream, const LayerLoad& a, void (*done)(v
     load_layer_io<<<1, 32 * nrings, 0, s>>>(reinterpret_cast<const DevRing*>(views_), nrings,
                                              static_cast<State*>(state_), stream, launched_[stream], a);
     check(cudaGetLastError(), "gpu-uring kernel launch");
+    launched = true;
     check(cudaEventRecord(static_cast<cudaEvent_t>(read_[stream]), s), "cudaEventRecord");
     // The copies go like every other load's from host memory (through device staging by the
     // copy engines, then an HBM-to-HBM scatter): a scatter reading host memory in place would
@@ -225,10 +227,10 @@ void UringDriver::load_layer(uint32_t stream, const LayerLoad& a, void (*done)(v
     dev_.scatter(a.layout, a.k, a.v, a.copies, a.n, a.ids, done, arg, a.status, a.terms, true, &after);
   } catch (...) {
     // The read kernel may be running: its reads land in staging the caller frees once it has
-    // failed the layer, so wait for the stream first. And if it never ran, launched_ counts
-    // reads no ring will complete, and the stream's next kernel would spin forever: none comes.
-    broken_ = true;
-    cudaStreamSynchronize(s);
+    // failed the layer, so wait for the stream first. A kernel that never ran leaves launched_
+    // counting reads no ring will complete, and the stream's next kernel would spin forever:
+    // none comes then.
+    if (cudaStreamSynchronize(s) != cudaSuccess || !launched) broken_ = true;
     throw;
   }
 }

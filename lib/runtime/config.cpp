@@ -27,7 +27,7 @@ const std::vector<OptionInfo>& option_table() {
       {"staging", "256M", "bytes of aligned staging memory for loads (stores have half as much of their own)"},
       {"device_staging", "auto", "bytes of GPU memory that loads from and stores to host memory cross PCIe through by DMA, half each way (auto: 64M, or two chunk-layers if more; 0: the copy kernels read and write host memory over PCIe)"},
       {"dram_tier", "0", "bytes of host memory above the pool for recently moved chunk-layers (0: none)"},
-      {"load_priority", "normal", "normal | high: the CUDA stream priority of a load's copies into the blocks and of gpu-uring's read kernels (high: their thread blocks go to the SMs before the engine's waiting ones)"},
+      {"load_priority", "normal", "normal | high: the CUDA stream priority of a load's copy and checksum kernels and of gpu-uring's read kernels (high: their thread blocks go to the SMs before the engine's waiting ones)"},
       {"stream_wait", "host", "host | gpu: how tutti_batch_wait_layer_async waits outside CUDA graph capture (gpu: a spinning kernel; can deadlock, see tutti.h)"},
       {"lookahead", "4", "layers in flight ahead of the consumer"},
       {"rings", "4", "io_uring rings (one thread each; gpu-uring: one SQPOLL thread each, at most 8)"},

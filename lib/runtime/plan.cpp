@@ -43,11 +43,11 @@ Plan make_plan(const Config& cfg, BackendKind opened, const KvBinding& kv) {
                       "io_mode=per-block-baseline runs on the uring and posix backends");
   }
   // A load given up on keeps its late bytes out of the blocks: the host paths stage every read,
-  // the copy kernels pass a fence. gpu-uring's kernel polls its reads and scatters them itself,
-  // with no such fence yet.
+  // the copy kernels pass a fence. gpu-uring's read kernel counts completions per stream, not
+  // per batch, and its copies are queued before its reads are over: no fence there yet.
   TUTTI_EXPECT_CODE(!cfg.load_timeout_ms || !gpu_uring, TUTTI_EUNSUPPORTED,
-                    "option load_timeout_ms: not yet with backend gpu-uring (its GPU kernel scatters the reads it "
-                    "polls and cannot be told to give up); use uring or posix, or set it to 0");
+                    "option load_timeout_ms: not yet with backend gpu-uring (its GPU kernel polls the reads and "
+                    "cannot be told to give up); use uring or posix, or set it to 0");
   TUTTI_EXPECT_CODE(!cfg.dram_tier || !(gpu_uring || cufile || dram), TUTTI_EUNSUPPORTED,
                     "dram_tier sits in front of the CPU producers (uring, posix, passthru, nvme), not backend " + named);
   if (cfg.backend != BackendKind::kAuto) check_direct(cfg, kv, b);  // auto: once settled

@@ -1205,7 +1205,8 @@ TEST(GpuStore, AFailedTombstoneLeavesTheSlotUnwrittenThroughTheMapping) {
   tutti_runtime_close(rt);
 }
 
-// gpu-uring's kernel scatters what it polls: no deadline there yet, and the refusal says so.
+// gpu-uring's read kernel cannot be told to give up: no deadline there yet, and the refusal
+// says so.
 TEST(Gpu, GpuUringRefusesLoadTimeout) {
   Dir dir;
   DeviceKv kv(2, 8, 16, 2, 64, 0);
