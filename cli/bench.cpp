@@ -240,7 +240,7 @@ int cmd_bench(int argc, char** argv) {
       for (auto [name, gbps, at] : {std::tuple{"raw-h2d", h2d->gbps, &h2d->at},
                                     std::tuple{"raw-h2d-extents", h2d->extents_gbps, &h2d->extents_at},
                                     std::tuple{"raw-h2d-rows", h2d->rows_gbps, &h2d->rows_at}}) {
-        if (gbps <= 0) continue;  // no rows figure (chunk-layers over 8 MiB)
+        if (gbps <= 0) continue;  // no rows figure (chunk-layers over 8 MiB, or no pinned memory for it)
         Row row;
         row.run = i + 1;
         row.bench = name;

@@ -129,8 +129,8 @@ struct RawFigures {
 // Into CUDA memory: pinned host memory into HBM by cudaMemcpyAsync, the ceiling of every load
 // from host memory (the link, or the copy engines). The best of pieces x streams, the best
 // with pieces of one chunk-layer, the size tutti's DMAs into device staging have, and the best
-// with chunk-layers spaced apart in host memory (as neighbouring slots' are in the pool), 16 MiB
-// of them in each 2D copy: what merging a layer's DMAs would reach.
+// with chunk-layer pieces one piece apart in host memory (in a pool, neighbouring slots' lie a
+// slot apart), up to 16 MiB of them in each 2D copy: what merging a layer's DMAs would reach.
 struct H2dFigures {
   double gbps = 0, extents_gbps = 0, rows_gbps = 0;
   std::string at, extents_at, rows_at;  // "copy-16MiB-2x"

@@ -741,6 +741,7 @@ double h2d_gbps(int ordinal, uint64_t bytes, uint64_t piece, unsigned streams, u
     for (int run = 0; run < 4; ++run) {
       const auto t0 = std::chrono::steady_clock::now();
       if (rows > 1) {
+        TUTTI_EXPECT(bytes % piece == 0, "h2d_gbps: rows of pieces need bytes a multiple of the piece");
         const uint64_t group = piece * rows;
         for (uint64_t o = 0, i = 0; o < bytes; o += group, ++i)
           check(cudaMemcpy2DAsync(static_cast<char*>(dev) + o, piece, static_cast<const char*>(host) + 2 * o, 2 * piece,

@@ -209,9 +209,10 @@ void copy_to_host(void* dst, const void* src, size_t bytes);
 void fill_zero(void* dst, size_t bytes);
 // The bench's raw figure for host memory into HBM: `bytes` of pinned host memory copied into
 // device memory in pieces of `piece` bytes, handed round-robin to `streams` streams; GB/s, the
-// best of three runs after one to warm up. With `rows` > 1 the pieces lie every other piece in
-// host memory (as a layer's chunk-layers of neighbouring slots lie a slot apart in the pool)
-// and each copy moves `rows` of them at once (cudaMemcpy2DAsync) into contiguous memory.
+// best of three runs after one to warm up. With `rows` > 1 the pieces lie one piece apart in
+// host memory (a layer's chunk-layers of neighbouring slots lie a slot apart in a pool) and
+// each copy moves `rows` of them at once (cudaMemcpy2DAsync) into contiguous memory; `bytes`
+// is then a multiple of `piece`.
 double h2d_gbps(int ordinal, uint64_t bytes, uint64_t piece, unsigned streams, uint64_t rows = 1);
 
 }  // namespace tutti::gpu

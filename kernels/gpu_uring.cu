@@ -208,13 +208,14 @@ void UringDriver::load_layer(uint32_t stream, const LayerLoad& a, void (*done)(v
   TUTTI_EXPECT_CODE(!broken_, TUTTI_EIO, "gpu-uring: a layer's launch failed before; this runtime's gpu-uring queues no more");
   Guard g(dev_.ordinal());
   auto s = static_cast<cudaStream_t>(streams_[stream]);
-  bool launched = false;
+  bool counted = false, launched = false;
   try {
     if (!a.n) return dev_.scatter(a.layout, a.k, a.v, a.copies, 0, a.ids, done, arg, a.status, a.terms, true);
     // This stream's staging and status take new reads once its last layer's copies and
     // callback are over.
     check(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(freed_[stream]), 0), "cudaStreamWaitEvent");
     launched_[stream] += a.n;
+    counted = true;
     load_layer_io<<<1, 32 * nrings, 0, s>>>(reinterpret_cast<const DevRing*>(views_), nrings,
                                              static_cast<State*>(state_), stream, launched_[stream], a);
     check(cudaGetLastError(), "gpu-uring kernel launch");
@@ -230,7 +231,7 @@ void UringDriver::load_layer(uint32_t stream, const LayerLoad& a, void (*done)(v
     // failed the layer, so wait for the stream first. A kernel that never ran leaves launched_
     // counting reads no ring will complete, and the stream's next kernel would spin forever:
     // none comes then.
-    if (cudaStreamSynchronize(s) != cudaSuccess || !launched) broken_ = true;
+    if (cudaStreamSynchronize(s) != cudaSuccess || (counted && !launched)) broken_ = true;
     throw;
   }
 }

@@ -71,7 +71,7 @@ def run_config() -> dict:
     and the source revision when the caller names it (TUTTI_REV, set by tools/device-run)."""
     config = {k: os.environ.get("TUTTI_" + k.upper(), default)
               for k, default in (("stream_wait", "host"), ("device_staging", "64M"), ("verify", "on"),
-                                 ("threads", "auto"))}
+                                 ("threads", "auto"), ("load_priority", "normal"), ("store_slack", "0"))}
     config["cpus"] = len(os.sched_getaffinity(0))  # what threads=auto is resolved from
     if os.environ.get("TUTTI_REV"):
         config["rev"] = os.environ["TUTTI_REV"]
