@@ -45,7 +45,8 @@ ThreadSample sample_threads() {
     std::fclose(f);
     const std::string name(comm);
     double ThreadCpu::*kind = nullptr;
-    if (name.rfind("tutti-sched", 0) == 0 || name.rfind("tutti-waker", 0) == 0) kind = &ThreadCpu::sched;
+    if (name.rfind("tutti-sched", 0) == 0 || name.rfind("tutti-waker", 0) == 0 || name.rfind("tutti-copier", 0) == 0)
+      kind = &ThreadCpu::sched;
     else if (name.rfind("iou-sqp", 0) == 0) kind = &ThreadCpu::sqpoll;
     else if (name.rfind("iou-wrk", 0) == 0) kind = &ThreadCpu::workers;
     if (!got || !kind) continue;

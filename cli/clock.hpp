@@ -12,7 +12,8 @@ double thread_cpu_s();   // CPU time of the calling thread
 double process_cpu_s();  // user + system time of the whole process
 
 // CPU time of this process's threads by kind, from /proc/self/task/*/schedstat (nanoseconds on
-// a CPU): the scheduler and gpu-uring waker (tutti-sched, tutti-waker), io_uring's SQPOLL
+// a CPU): the scheduler and gpu-uring's waker and copier (tutti-sched, tutti-waker,
+// tutti-copier), io_uring's SQPOLL
 // threads (iou-sqp-*: submission) and its worker threads (iou-wrk-*: the reads async_reads
 // hands them, whose copying is the device's on a DMA device). A sample keeps each thread's
 // time; the difference of two counts a thread born between them whole and one that exited

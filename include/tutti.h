@@ -490,10 +490,8 @@ TUTTI_API int tutti_batch_wait_layer(tutti_batch* b, uint32_t layer);
  * default) the call blocks until the bytes are in place or every copy that brings them is
  * queued on tutti's own CUDA stream; then it makes `cuda_stream` wait for those copies with a
  * CUDA event (one stream, in order: the GPU may then also wait for copies tutti queued before,
- * of a later batch too; with gpu-uring, whose copies are queued behind its read kernel, also
- * for those copies' reads). Either way the GPU only ever waits for work already queued (with
- * gpu-uring that includes read kernels, which need the Linux kernel's SQPOLL threads, kept
- * awake by a thread of tutti's). Inside CUDA graph capture (or with stream_wait=gpu) it returns at once and a
+ * of a later batch too). Either way the GPU only ever waits for work already queued, never for
+ * tutti's threads. Inside CUDA graph capture (or with stream_wait=gpu) it returns at once and a
  * one-warp kernel on the stream spins until the layer is in place; a captured wait applies to
  * whichever load batch is the most recent one when it runs (and the ones before it), so
  * submit a batch before launching a graph that waits on it. A spinning wait holds its stream,

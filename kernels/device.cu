@@ -583,17 +583,13 @@ void Device::set_staging(uint64_t bytes, uint64_t extent) {
 
 void Device::scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
                      void (*done)(void*), void* arg, uint64_t status, uint64_t terms, bool from_host,
-                     const AfterReads* after) {
+                     void* freed) {
   Guard g(ordinal_);
   auto s = static_cast<cudaStream_t>(stream_);
   auto* list = reinterpret_cast<const ChunkCopy*>(chunks);
   auto* st = reinterpret_cast<const int32_t*>(status);
   auto* sums = reinterpret_cast<uint64_t*>(terms);
-  auto reads = static_cast<cudaEvent_t>(after ? after->reads : nullptr);
-  // The DMA reads status now, on the host: only where it is final already.
-  const int32_t* skip = reads ? nullptr : st;
   try {
-    if (reads) check(cudaStreamWaitEvent(s, reads, 0), "cudaStreamWaitEvent");
     if (n && from_host && load_stage_.base) {
       // Through the copy engines into device staging, then an HBM-to-HBM scatter: the scatter
       // kernel's warps no longer sit on PCIe reads while the engine's kernels want the SMs.
@@ -604,14 +600,13 @@ void Device::scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, siz
       auto dma = static_cast<cudaStream_t>(dma_stream_);
       std::lock_guard lock(load_stage_.mu);
       try {
-        if (reads) check(cudaStreamWaitEvent(dma, reads, 0), "cudaStreamWaitEvent");
         for (size_t i = 0; i < n; i += per_half) {
           const size_t m = std::min(n - i, per_half);
           const unsigned h = load_stage_.chunks >= 2 ? (next_half_ ^= 1) : 0;
           char* stage = load_stage_.base + h * per_half * extent;
           auto filled = static_cast<cudaEvent_t>(half_filled_[h]), emptied = static_cast<cudaEvent_t>(half_emptied_[h]);
           check(cudaStreamWaitEvent(dma, emptied, 0), "cudaStreamWaitEvent");
-          copy_stage(dma, stage, list + i, skip ? skip + i : nullptr, m, extent, true);
+          copy_stage(dma, stage, list + i, st ? st + i : nullptr, m, extent, true);
           check(cudaEventRecord(filled, dma), "cudaEventRecord");
           check(cudaStreamWaitEvent(s, filled, 0), "cudaStreamWaitEvent");
           launch<true>(s, l, static_cast<char*>(k), static_cast<char*>(v), list + i, m,
@@ -638,7 +633,7 @@ void Device::scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, siz
   }
   // done(arg) is queued: a throw now would have the caller fail a layer that lands. Without
   // the event, wait here instead: then nothing of the layer is in flight.
-  if (after && after->freed && cudaEventRecord(static_cast<cudaEvent_t>(after->freed), s) != cudaSuccess) {
+  if (freed && cudaEventRecord(static_cast<cudaEvent_t>(freed), s) != cudaSuccess) {
     cudaGetLastError();
     cudaStreamSynchronize(s);
   }

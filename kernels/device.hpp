@@ -107,18 +107,11 @@ class Device {
   // A chunk whose int32 in `status` (device-visible, optional) is not 0 is left alone.
   // With `terms` (device-visible uint64_t[n], optional) a second kernel then checksums each
   // chunk-layer where it landed: terms[i] is the sum of its page terms (kernels/layer_sum.hpp).
-  //
-  // `after` (gpu-uring): the copies go after the GPU's own reads of the layer, which end where
-  // the event `reads` was recorded and write `status` as they finish, so the DMA into device
-  // staging cannot skip a failed chunk in advance (it moves every chunk; the kernels skip them);
-  // `freed` is recorded once done(arg) has run: the staging may take the next reads.
-  struct AfterReads {
-    void* reads = nullptr;
-    void* freed = nullptr;
-  };
+  // `freed` (an event, optional) is recorded once done(arg) has run: the staging may take new
+  // bytes then (gpu-uring's next reads wait for it on the GPU).
   void scatter(const CopyLayout& l, void* k, void* v, uint64_t chunks, size_t n, uint64_t ids,
                void (*done)(void*), void* arg, uint64_t status, uint64_t terms, bool from_host,
-               const AfterReads* after = nullptr);
+               void* freed = nullptr);
   // The checksum kernel alone, waited for: terms[i] for chunk i as the blocks hold it now.
   void layer_terms_sync(const CopyLayout& l, const void* k, const void* v, uint64_t chunks, size_t n, uint64_t ids,
                         uint64_t terms);

@@ -32,7 +32,7 @@ bool Device::event_done(void*) noexcept { return false; }
 void* Device::host_alloc(size_t, uint64_t*) { no_cuda(); }
 void Device::host_free(void*) {}
 void Device::scatter(const CopyLayout&, void*, void*, uint64_t, size_t, uint64_t, void (*)(void*), void*, uint64_t,
-                     uint64_t, bool, const AfterReads*) {
+                     uint64_t, bool, void*) {
   no_cuda();
 }
 void Device::layer_terms_sync(const CopyLayout&, const void*, const void*, uint64_t, size_t, uint64_t, uint64_t) {

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // gpu-uring, the GPU side: one small kernel per layer writes the layer's read SQEs into the
 // io_uring rings (mapped into the GPU's address space), publishes them, and polls the
-// completion queues until every read of the layer has landed in staging; the layer's copies
-// into the blocks and a host callback follow on the device's scatter stream, after an event.
-// See gpu_uring.hpp.
+// completion queues until every read of the layer has landed in staging; a host callback on
+// the same stream then hands the layer on to be copied into the blocks. See gpu_uring.hpp.
 #include <cuda/atomic>
 #include <cuda_runtime.h>
 
@@ -169,11 +168,9 @@ UringDriver::UringDriver(Device& dev, const std::vector<RingView>& rings) : dev_
     cudaStream_t cs;
     check(cudaStreamCreateWithPriority(&cs, cudaStreamNonBlocking, dev_.load_priority()), "cudaStreamCreate");
     streams_[i] = cs;
-    for (void** at : {&read_[i], &freed_[i]}) {
-      cudaEvent_t e;
-      check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-      *at = e;
-    }
+    cudaEvent_t e;
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    freed_[i] = e;
   }
 }
 
@@ -185,9 +182,8 @@ UringDriver::~UringDriver() {
     cudaStreamDestroy(static_cast<cudaStream_t>(s));
   }
   // A `freed` record may still be pending behind a callback: CUDA frees its event once it is.
-  for (uint32_t i = 0; i < kMaxStreams; ++i)
-    for (void* e : {read_[i], freed_[i]})
-      if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  for (void* e : freed_)
+    if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
   if (state_) cudaFree(state_);
   for (void* p : registered_) cudaHostUnregister(p);
 }
@@ -199,7 +195,7 @@ uint32_t UringDriver::max_per_ring() const {
   return m;
 }
 
-void UringDriver::load_layer(uint32_t stream, const LayerLoad& a, void (*done)(void*), void* arg) {
+void UringDriver::read_layer(uint32_t stream, const LayerLoad& a, void (*read)(void*), void* arg) {
   TUTTI_EXPECT(stream < kMaxStreams, "gpu-uring: stream out of range");
   TUTTI_EXPECT(a.layer_bytes < (1ull << 31), "gpu-uring: a chunk-layer extent must be below 2 GiB");
   const uint32_t nrings = static_cast<uint32_t>(rings_.size());
@@ -210,22 +206,16 @@ void UringDriver::load_layer(uint32_t stream, const LayerLoad& a, void (*done)(v
   auto s = static_cast<cudaStream_t>(streams_[stream]);
   bool counted = false, launched = false;
   try {
-    if (!a.n) return dev_.scatter(a.layout, a.k, a.v, a.copies, 0, a.ids, done, arg, a.status, a.terms, true);
-    // This stream's staging and status take new reads once its last layer's copies and
-    // callback are over.
-    check(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(freed_[stream]), 0), "cudaStreamWaitEvent");
-    launched_[stream] += a.n;
-    counted = true;
-    load_layer_io<<<1, 32 * nrings, 0, s>>>(reinterpret_cast<const DevRing*>(views_), nrings,
-                                             static_cast<State*>(state_), stream, launched_[stream], a);
-    check(cudaGetLastError(), "gpu-uring kernel launch");
-    launched = true;
-    check(cudaEventRecord(static_cast<cudaEvent_t>(read_[stream]), s), "cudaEventRecord");
-    // The copies go like every other load's from host memory (through device staging by the
-    // copy engines, then an HBM-to-HBM scatter): a scatter reading host memory in place would
-    // keep SMs waiting on PCIe while the engine's kernels want them.
-    const Device::AfterReads after{read_[stream], freed_[stream]};
-    dev_.scatter(a.layout, a.k, a.v, a.copies, a.n, a.ids, done, arg, a.status, a.terms, true, &after);
+    if (a.n) {
+      check(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(freed_[stream]), 0), "cudaStreamWaitEvent");
+      launched_[stream] += a.n;
+      counted = true;
+      load_layer_io<<<1, 32 * nrings, 0, s>>>(reinterpret_cast<const DevRing*>(views_), nrings,
+                                               static_cast<State*>(state_), stream, launched_[stream], a);
+      check(cudaGetLastError(), "gpu-uring kernel launch");
+      launched = true;
+    }
+    check(cudaLaunchHostFunc(s, read, arg), "cudaLaunchHostFunc");
   } catch (...) {
     // The read kernel may be running: its reads land in staging the caller frees once it has
     // failed the layer, so wait for the stream first. A kernel that never ran leaves launched_

@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // The GPU side of the gpu-uring backend, behind a CUDA-free interface. GPU warps write a layer's
 // read SQEs into io_uring rings that live in host memory mapped for the device; the rings'
-// SQPOLL kernel threads submit them; the warps poll the completion queues; the device's copies
-// (Device::scatter, after an event) then move the layer into the paged blocks. The CPU launches
-// one read kernel, the copies and one host callback per layer, whatever the number of blocks.
+// SQPOLL kernel threads submit them; the warps poll the completion queues; a host callback then
+// hands the layer on, and its copies into the paged blocks are queued like any load's
+// (Device::scatter). The CPU builds no I/O: per layer it launches one read kernel and queues
+// the copies once the reads are over.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
-#include "kernels/copy_layout.hpp"
 #include "kernels/device.hpp"
 
 namespace tutti::gpu {
@@ -44,20 +44,14 @@ struct IoTarget {
   uint32_t pad = 0;
 };
 
-// One layer of one batch. Every array is device-visible (pinned with Device::host_alloc).
-// `status` receives 0 or -errno per chunk; a failed chunk is not scattered.
+// The reads of one layer of one batch. Every array is device-visible (pinned with
+// Device::host_alloc). `status` receives 0 or -errno per chunk.
 struct LayerLoad {
   uint32_t layer = 0, n = 0;
   uint64_t layer_bytes = 0;
   uint64_t chunks = 0;   // IoChunk[n]
   uint64_t targets = 0;  // IoTarget[n]
-  uint64_t copies = 0;   // ChunkCopy[n]: the same buffers, for the scatter
-  uint64_t ids = 0;      // block ids the ChunkCopys index
   uint64_t status = 0;   // int32_t[n]
-  uint64_t terms = 0;    // uint64_t[n], optional: checksum terms of what landed (Device::scatter)
-  CopyLayout layout;
-  void* k = nullptr;
-  void* v = nullptr;
 };
 
 class UringDriver {
@@ -69,11 +63,13 @@ class UringDriver {
   UringDriver(const UringDriver&) = delete;
   UringDriver& operator=(const UringDriver&) = delete;
 
-  // Reads one layer on stream `stream` (< kMaxStreams), then scatters it on the device's
-  // scatter stream (so the engine's stream-ordered waits may wait for it there); then done(arg)
-  // runs on a CUDA thread. A stream's reads wait until its previous layer's callback has run:
-  // its staging and status are free again then. Called from one thread at a time.
-  void load_layer(uint32_t stream, const LayerLoad& a, void (*done)(void*), void* arg);
+  // Reads one layer into its staging on stream `stream` (< kMaxStreams), then read(arg) runs
+  // on a CUDA thread: the reads are over, `status` final. The reads wait on the GPU for the
+  // newest record of freed(stream), which whoever copies a stream's layer out of its staging
+  // records after the copies (and anything that reads `status`): record it before the
+  // stream's next read_layer. Called from one thread at a time.
+  void read_layer(uint32_t stream, const LayerLoad& a, void (*read)(void*), void* arg);
+  void* freed(uint32_t stream) const { return freed_[stream]; }
   // The most reads one layer may put on a ring, so no completion queue can overflow.
   uint32_t max_per_ring() const;
   size_t rings() const { return rings_.size(); }
@@ -86,8 +82,7 @@ class UringDriver {
   uint64_t launched_[kMaxStreams] = {};
   bool broken_ = false;  // a launch failed: the counters may be ahead of the rings
   void* streams_[kMaxStreams] = {};
-  void* read_[kMaxStreams] = {};   // per stream: its layer's reads are over
-  void* freed_[kMaxStreams] = {};  // per stream: its layer's copies and callback are over
+  void* freed_[kMaxStreams] = {};  // per stream: its staging is free for the next reads
   uint64_t views_ = 0;     // device copy of the rings' device-side pointers
 };
 

@@ -35,9 +35,11 @@ std::string gpu_uring_unavailable_reason() {
   return "";
 }
 
-struct GpuUring::Landed {
+// A layer whose reads are in flight, then over: its copy and where it read.
+struct GpuUring::Read {
   GpuUring* self;
-  void (*done)(void*);
+  uint32_t stream;
+  void (*copy)(void*);
   void* arg;
 };
 
@@ -84,6 +86,7 @@ GpuUring::GpuUring(gpu::Device& dev, const BackendConfig& cfg) : idle_ms_(cfg.sq
   }
   max_chunks_ = driver_->max_per_ring() * n;
   waker_ = std::thread([this] { run_waker(); });
+  copier_ = std::thread([this] { run_copier(); });
 }
 
 GpuUring::~GpuUring() {
@@ -93,7 +96,9 @@ GpuUring::~GpuUring() {
     stop_ = true;
   }
   cv_.notify_all();
+  read_cv_.notify_all();
   waker_.join();
+  copier_.join();
   driver_.reset();  // unmaps the rings from the GPU before they go
   for (auto& r : rings_) io_uring_queue_exit(r.get());
 }
@@ -103,28 +108,58 @@ std::string GpuUring::describe() const {
          " entries (idle " + std::to_string(idle_ms_) + " ms), GPU-built SQEs, GPU-polled CQs";
 }
 
-void GpuUring::load_layer(uint32_t stream, const gpu::LayerLoad& a, void (*done)(void*), void* arg) {
-  auto landed = [](void* p) {
-    auto* l = static_cast<Landed*>(p);
-    GpuUring* self = l->self;
-    l->done(l->arg);
-    delete l;
-    std::lock_guard lock(self->mu_);
-    if (--self->in_flight_ == 0) self->cv_.notify_all();
+void GpuUring::load_layer(uint32_t stream, const gpu::LayerLoad& a, void (*copy)(void*), void* arg) {
+  // On a CUDA thread, in stream order after the read kernel: hands the layer to the copier.
+  auto over = [](void* p) {
+    auto* r = static_cast<Read*>(p);
+    GpuUring* self = r->self;
+    {
+      std::lock_guard lock(self->mu_);
+      self->reads_.push_back(r);
+    }
+    self->read_cv_.notify_one();
   };
+  TUTTI_EXPECT(stream < gpu::UringDriver::kMaxStreams, "gpu-uring: stream out of range");
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return copied_[stream] == issued_[stream]; });
+    ++issued_[stream];
     if (in_flight_++ == 0) cv_.notify_all();
   }
   wake_idle();  // the kernel may run at once: have the rings' threads awake for it
-  auto* l = new Landed{this, done, arg};
+  auto* r = new Read{this, stream, copy, arg};
   try {
-    driver_->load_layer(stream, a, landed, l);
+    driver_->read_layer(stream, a, over, r);
   } catch (...) {
-    delete l;
-    std::lock_guard lock(mu_);
-    if (--in_flight_ == 0) cv_.notify_all();
+    delete r;
+    {
+      std::lock_guard lock(mu_);
+      --issued_[stream];
+      --in_flight_;
+    }
+    cv_.notify_all();
     throw;
+  }
+}
+
+// Queues the copies of each layer whose reads are over, in the order they ended. copy() may
+// land the layer and free its batch (never this object: it outlives every batch).
+void GpuUring::run_copier() {
+  name_this_thread("tutti-copier");
+  std::unique_lock lock(mu_);
+  for (;;) {
+    read_cv_.wait(lock, [&] { return stop_ || !reads_.empty(); });
+    if (reads_.empty()) return;
+    Read* r = reads_.front();
+    reads_.pop_front();
+    lock.unlock();
+    r->copy(r->arg);
+    const uint32_t stream = r->stream;
+    delete r;
+    lock.lock();
+    ++copied_[stream];
+    --in_flight_;
+    cv_.notify_all();
   }
 }
 

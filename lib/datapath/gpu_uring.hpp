@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // gpu-uring: loads into CUDA memory whose I/O the GPU itself submits and reaps. This side sets
 // up the io_uring rings (SQPOLL, so no system call is needed to submit; registered pool files
-// and staging) and keeps their SQPOLL threads awake while layers are in flight; the GPU side
-// is kernels/gpu_uring.hpp. Stores go through the CPU producer (uring): a commit record needs
+// and staging), keeps their SQPOLL threads awake while layers are in flight, and hands each
+// layer whose reads are over to the copier thread that queues its copies; the GPU side is
+// kernels/gpu_uring.hpp. Stores go through the CPU producer (uring): a commit record needs
 // each layer's checksum, which the CPU computes as it writes.
 #pragma once
 
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,26 +32,36 @@ class GpuUring {
   GpuUring(const GpuUring&) = delete;
   GpuUring& operator=(const GpuUring&) = delete;
 
-  // One layer of a batch on `stream`; done(arg) runs on a CUDA thread once it is in the blocks.
-  void load_layer(uint32_t stream, const gpu::LayerLoad& a, void (*done)(void*), void* arg);
+  // The reads of one layer of a batch, on driver stream `stream`; once they are over, copy(arg)
+  // runs on the copier thread of this runtime's gpu-uring, to queue the layer's copies into the
+  // blocks (recording freed(stream) after them) as the CPU paths queue theirs once their reads
+  // are over: so the GPU never waits for a read, only for copies. The stream's next reads wait
+  // for freed(stream) on the GPU; this call waits first until the stream's previous layer has
+  // been through copy(), so that the newest record of freed(stream) follows its copies.
+  void load_layer(uint32_t stream, const gpu::LayerLoad& a, void (*copy)(void*), void* arg);
+  void* freed(uint32_t stream) const { return driver_->freed(stream); }
   // The most chunks one layer may read.
   uint32_t max_chunks() const { return max_chunks_; }
   std::string describe() const;
 
  private:
-  struct Landed;
+  struct Read;
   void wake_idle();  // IORING_ENTER_SQ_WAKEUP on rings whose SQPOLL thread sleeps
   void run_waker();
+  void run_copier();
 
   std::vector<std::unique_ptr<io_uring>> rings_;
   std::unique_ptr<gpu::UringDriver> driver_;
   uint32_t max_chunks_ = 0;
   unsigned idle_ms_ = 0;
   std::mutex mu_;
-  std::condition_variable cv_;
-  unsigned in_flight_ = 0;  // layers launched and not yet landed
+  std::condition_variable cv_;         // in_flight_, copied_, stop_
+  std::condition_variable read_cv_;    // reads_, stop_
+  unsigned in_flight_ = 0;             // layers launched and not yet through copy()
+  uint64_t issued_[gpu::UringDriver::kMaxStreams] = {}, copied_[gpu::UringDriver::kMaxStreams] = {};
+  std::deque<Read*> reads_;            // layers whose reads are over, in the order they ended
   bool stop_ = false;
-  std::thread waker_;
+  std::thread waker_, copier_;
 };
 
 }  // namespace tutti

@@ -85,22 +85,34 @@ class GpuUringRun final : public RunBase {
     a.layer_bytes = kv_.shape().layer_bytes();
     a.chunks = chunks_dev_;
     a.targets = set.targets;
-    a.copies = set.copies;
-    a.ids = mem_.ids();
     a.status = set.status;
-    a.terms = mem_.terms_dev(layer);
-    a.layout = kv_.copy_layout();
-    a.k = kv_.k(layer);
-    a.v = kv_.v(layer);
     p_.counters->ios += n;
-    // The layer lands once its callback has run and this call is done with the run.
-    landing_[layer].store(2);
-    auto* arg = new LandedCall<GpuUringRun>{this, layer};
+    auto* arg = new CopyCall{this, layer};
     try {
-      p_.gpu_uring->load_layer(k, a, LandedCall<GpuUringRun>::call, arg);
+      p_.gpu_uring->load_layer(k, a, CopyCall::call, arg);
     } catch (const Error& e) {
       delete arg;
       for (uint32_t i = 0; i < n; ++i) fail(i, layer, e.code(), e.what());
+      sink_.layer_landed(layer);
+    }
+  }
+
+  // On gpu-uring's copier thread, once the layer's reads are over: its copies, as every load's
+  // from host memory (through device staging by the copy engines, then an HBM-to-HBM scatter;
+  // a copy kernel reading the staging in place would keep SMs waiting on PCIe while the
+  // engine's kernels want them). The layer lands once they are queued and their callback ran.
+  void copy(uint32_t layer) {
+    const uint32_t k = static_cast<uint32_t>(layer % sets_.size());
+    const Set& set = sets_[k];
+    landing_[layer].store(2);
+    auto* arg = new LandedCall<GpuUringRun>{this, layer};
+    try {
+      p_.device->scatter(kv_.copy_layout(), kv_.k(layer), kv_.v(layer), set.copies, chunks_.size(), mem_.ids(),
+                         LandedCall<GpuUringRun>::call, arg, set.status, mem_.terms_dev(layer), true,
+                         p_.gpu_uring->freed(k));
+    } catch (const Error& e) {
+      delete arg;
+      for (uint32_t i = 0; i < chunks_.size(); ++i) fail(i, layer, e.code(), e.what());
       landing_[layer].store(0);
       return sink_.layer_landed(layer);
     }
@@ -110,9 +122,9 @@ class GpuUringRun final : public RunBase {
 
   void all_landed() override { release_staging(); }
 
-  // On a CUDA thread, once the layer's reads are over and its good chunks are in the blocks.
-  // Layer L uses set L % sets and the driver's stream of the same number, whose reads wait
-  // until the callback of the layer before on it has run: a set is reused only after that.
+  // On a CUDA thread, once the layer's good chunks are in the blocks. Layer L uses set L % sets
+  // and the driver's stream of the same number, whose reads wait until the copies and this
+  // callback of the layer before on it have run: a set is reused only after that.
   void landed(uint32_t layer) {
     check_layer(layer, sets_[layer % sets_.size()].status_host, verify_ ? mem_.terms(layer) : nullptr, true);
     release(layer);
@@ -127,6 +139,19 @@ class GpuUringRun final : public RunBase {
     for (const Staging::Buffer& b : held_) p_.staging->release(b);
     held_.clear();
   }
+
+  // gpu-uring's copier calls run->copy(layer).
+  struct CopyCall {
+    GpuUringRun* run;
+    uint32_t layer;
+    static void call(void* p) {
+      auto* c = static_cast<CopyCall*>(p);
+      GpuUringRun* run = c->run;
+      const uint32_t layer = c->layer;
+      delete c;
+      run->copy(layer);
+    }
+  };
 
   struct Set {
     uint64_t targets = 0, copies = 0, status = 0;  // device addresses

@@ -7,8 +7,8 @@
 //                submitted before staging ran out) into CUDA memory (stores: a gather
 //                kernel, then the writes)
 //   per-block    the baseline of other SSD tiers: one I/O per block and K/V, staged
-//   gpu-uring    the GPU writes io_uring submissions and polls completions; the copies as
-//                staged-cuda's, queued behind the read kernel
+//   gpu-uring    the GPU writes io_uring submissions and polls completions; then the copies
+//                as staged-cuda's, queued by gpu-uring's copier thread
 //   mapped-cuda  dram: copy kernels between the mapped pool and the blocks, no I/O
 // The runtime picks a path once, at register_kv (runtime/plan.hpp). A batch plans once
 // (LayerPath::plan), then the scheduler issues its layers in order (PathRun::issue); every

@@ -44,7 +44,7 @@ Plan make_plan(const Config& cfg, BackendKind opened, const KvBinding& kv) {
   }
   // A load given up on keeps its late bytes out of the blocks: the host paths stage every read,
   // the copy kernels pass a fence. gpu-uring's read kernel counts completions per stream, not
-  // per batch, and its copies are queued before its reads are over: no fence there yet.
+  // per batch, and cannot be told to give up: no fence there yet.
   TUTTI_EXPECT_CODE(!cfg.load_timeout_ms || !gpu_uring, TUTTI_EUNSUPPORTED,
                     "option load_timeout_ms: not yet with backend gpu-uring (its GPU kernel polls the reads and "
                     "cannot be told to give up); use uring or posix, or set it to 0");
