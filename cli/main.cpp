@@ -24,7 +24,7 @@ const char* kUsage =
     "                       byte, and compare with the raw bandwidth of the same pool file (the best\n"
     "                       of a sweep of threads, queue depth and I/O size, measured in every run).\n"
     "                       CPU columns, per layer: cpu = the calling (engine) thread, io cpu = the\n"
-    "                       whole process, sched = tutti's scheduler and waker threads, sqpoll =\n"
+    "                       whole process, sched = tutti's scheduler, waker and copier threads, sqpoll =\n"
     "                       io_uring SQPOLL threads (gpu-uring), io-wq = io_uring's worker threads\n"
     "                       (the reads async_reads hands them: on zram or tmpfs, their copying)\n"
     "  fsck POOL... [--repair] [--json]\n"

@@ -495,10 +495,10 @@ TUTTI_API int tutti_batch_wait_layer(tutti_batch* b, uint32_t layer);
  * one-warp kernel on the stream spins until the layer is in place; a captured wait applies to
  * whichever load batch is the most recent one when it runs (and the ones before it), so
  * submit a batch before launching a graph that waits on it. A spinning wait holds its stream,
- * and streams share the device's hardware queues: when tutti's copies queue behind the
- * engine's work that waits on the spin, the device deadlocks (seen on the H200 with many
- * streams and a slow pool); CUDA_DEVICE_MAX_CONNECTIONS=32 makes sharing rarer, not
- * impossible. Returns TUTTI_EINVAL for a store batch or host memory. */
+ * and streams share the device's hardware queues: when tutti's copies (or gpu-uring's read
+ * kernels) queue behind the engine's work that waits on the spin, the device deadlocks (seen
+ * on the H200 with many streams and a slow pool); CUDA_DEVICE_MAX_CONNECTIONS=32 makes
+ * sharing rarer, not impossible. Returns TUTTI_EINVAL for a store batch or host memory. */
 TUTTI_API int tutti_batch_wait_layer_async(tutti_batch* b, uint32_t layer, void* cuda_stream);
 /* A TUTTI_OP_STORE_BY_LAYER batch, after submit: the blocks of layer `layer` now hold what the
  * batch stores. In CUDA memory, "now" is in the order of `cuda_stream` (a cudaStream_t; NULL =

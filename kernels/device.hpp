@@ -104,7 +104,8 @@ class Device {
   // (from host memory with device staging: one DMA and one launch per group that fits it).
   // `chunks` and `ids` are device-visible addresses (host_alloc); `from_host`: the chunks'
   // staging addresses are mapped host memory (not HBM staging, as cuFile's).
-  // A chunk whose int32 in `status` (device-visible, optional) is not 0 is left alone.
+  // A chunk whose int32 in `status` (device-visible, optional; read on the host too, when the
+  // DMAs are queued, so final by then) is not 0 is left alone.
   // With `terms` (device-visible uint64_t[n], optional) a second kernel then checksums each
   // chunk-layer where it landed: terms[i] is the sum of its page terms (kernels/layer_sum.hpp).
   // `freed` (an event, optional) is recorded once done(arg) has run: the staging may take new

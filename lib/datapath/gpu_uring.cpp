@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 
 namespace tutti {
 namespace {
@@ -113,13 +114,12 @@ void GpuUring::load_layer(uint32_t stream, const gpu::LayerLoad& a, void (*copy)
   auto over = [](void* p) {
     auto* r = static_cast<Read*>(p);
     GpuUring* self = r->self;
-    {
-      std::lock_guard lock(self->mu_);
-      self->reads_.push_back(r);
-    }
+    std::lock_guard lock(self->mu_);  // notified under it: the copier may let ~GpuUring go
+    self->reads_.push_back(r);
     self->read_cv_.notify_one();
   };
   TUTTI_EXPECT(stream < gpu::UringDriver::kMaxStreams, "gpu-uring: stream out of range");
+  auto* r = new Read{this, stream, copy, arg};
   {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return copied_[stream] == issued_[stream]; });
@@ -127,7 +127,6 @@ void GpuUring::load_layer(uint32_t stream, const gpu::LayerLoad& a, void (*copy)
     if (in_flight_++ == 0) cv_.notify_all();
   }
   wake_idle();  // the kernel may run at once: have the rings' threads awake for it
-  auto* r = new Read{this, stream, copy, arg};
   try {
     driver_->read_layer(stream, a, over, r);
   } catch (...) {
@@ -153,7 +152,11 @@ void GpuUring::run_copier() {
     Read* r = reads_.front();
     reads_.pop_front();
     lock.unlock();
-    r->copy(r->arg);
+    try {
+      r->copy(r->arg);
+    } catch (const std::exception& e) {  // copy() fails and lands the layer on what it expects
+      log(TUTTI_LOG_ERROR, std::string("gpu-uring: a layer's copies could not be queued: ") + e.what());
+    }
     const uint32_t stream = r->stream;
     delete r;
     lock.lock();

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // gpu-uring loads: per layer, one launch on the GPU writes the layer's io_uring submissions
-// and polls their completions; the device's copies then move what landed into the blocks. The
-// CPU only launches them.
+// and polls their completions; once they are over, gpu-uring's copier thread queues the copies
+// of what landed into the blocks. The CPU builds no I/O.
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <new>
 
 #include "common/error.hpp"
 #include "common/units.hpp"
@@ -105,16 +106,22 @@ class GpuUringRun final : public RunBase {
     const uint32_t k = static_cast<uint32_t>(layer % sets_.size());
     const Set& set = sets_[k];
     landing_[layer].store(2);
-    auto* arg = new LandedCall<GpuUringRun>{this, layer};
+    LandedCall<GpuUringRun>* arg = nullptr;
+    auto failed = [&](int code, const char* why) {
+      delete arg;
+      for (uint32_t i = 0; i < chunks_.size(); ++i) fail(i, layer, code, why);
+      landing_[layer].store(0);
+      sink_.layer_landed(layer);
+    };
     try {
+      arg = new LandedCall<GpuUringRun>{this, layer};
       p_.device->scatter(kv_.copy_layout(), kv_.k(layer), kv_.v(layer), set.copies, chunks_.size(), mem_.ids(),
                          LandedCall<GpuUringRun>::call, arg, set.status, mem_.terms_dev(layer), true,
                          p_.gpu_uring->freed(k));
     } catch (const Error& e) {
-      delete arg;
-      for (uint32_t i = 0; i < chunks_.size(); ++i) fail(i, layer, e.code(), e.what());
-      landing_[layer].store(0);
-      return sink_.layer_landed(layer);
+      return failed(e.code(), e.what());
+    } catch (const std::bad_alloc&) {
+      return failed(TUTTI_ENOMEM, "gpu-uring: out of memory queuing a layer's copies");
     }
     sink_.layer_queued(layer);
     release(layer);

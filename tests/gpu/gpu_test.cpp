@@ -628,8 +628,9 @@ struct ScopedEnv {
 // Two load batches in flight: a large one, then a small one that lands first. A stream-ordered
 // wait for the older batch must not pass on the newer batch's layer having landed, or the
 // engine's work for the older batch would read blocks still being loaded. Both ways of
-// waiting (option stream_wait: the host blocks, or a kernel spins on the stream); with
-// gpu-uring, whose copies are queued behind its read kernels, the host way.
+// waiting (option stream_wait: the host blocks, or a kernel spins on the stream); gpu-uring,
+// whose copies a thread of its own queues once the reads are over, the host way (a spinning
+// wait may hold a hardware queue its read kernels need: tutti.h).
 struct EpochCase {
   const char* wait;
   const char* backend;
