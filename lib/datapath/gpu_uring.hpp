@@ -35,9 +35,10 @@ class GpuUring {
   // The reads of one layer of a batch, on driver stream `stream`; once they are over, copy(arg)
   // runs on the copier thread of this runtime's gpu-uring, to queue the layer's copies into the
   // blocks (recording freed(stream) after them) as the CPU paths queue theirs once their reads
-  // are over: so the GPU never waits for a read, only for copies. The stream's next reads wait
-  // for freed(stream) on the GPU; this call waits first until the stream's previous layer has
-  // been through copy(), so that the newest record of freed(stream) follows its copies.
+  // are over: a stream-ordered wait then waits for copies, never for a read. The stream's next
+  // reads wait for freed(stream) on the GPU; this call waits first until the stream's previous
+  // layer has been through copy(), so that the newest record of freed(stream) follows its
+  // copies.
   void load_layer(uint32_t stream, const gpu::LayerLoad& a, void (*copy)(void*), void* arg);
   void* freed(uint32_t stream) const { return driver_->freed(stream); }
   // The most chunks one layer may read.
