@@ -88,6 +88,8 @@ class GpuUringRun final : public RunBase {
     a.targets = set.targets;
     a.status = set.status;
     p_.counters->ios += n;
+    // gpu-uring's copier calls copy(layer) once the reads are over.
+    using CopyCall = LayerCall<GpuUringRun, &GpuUringRun::copy>;
     auto* arg = new CopyCall{this, layer};
     try {
       p_.gpu_uring->load_layer(k, a, CopyCall::call, arg);
@@ -146,19 +148,6 @@ class GpuUringRun final : public RunBase {
     for (const Staging::Buffer& b : held_) p_.staging->release(b);
     held_.clear();
   }
-
-  // gpu-uring's copier calls run->copy(layer).
-  struct CopyCall {
-    GpuUringRun* run;
-    uint32_t layer;
-    static void call(void* p) {
-      auto* c = static_cast<CopyCall*>(p);
-      GpuUringRun* run = c->run;
-      const uint32_t layer = c->layer;
-      delete c;
-      run->copy(layer);
-    }
-  };
 
   struct Set {
     uint64_t targets = 0, copies = 0, status = 0;  // device addresses

@@ -99,19 +99,23 @@ class DeviceBatch {
   uint64_t terms_dev_ = 0;
 };
 
-// A CUDA host callback that calls run->landed(layer), for the copy kernels' `done`.
-template <class Run>
-struct LandedCall {
+// A callback through a void* that calls (run->*Method)(layer) once, then frees itself.
+template <class Run, void (Run::*Method)(uint32_t)>
+struct LayerCall {
   Run* run;
   uint32_t layer;
   static void call(void* arg) {
-    auto* c = static_cast<LandedCall*>(arg);
+    auto* c = static_cast<LayerCall*>(arg);
     Run* run = c->run;
     const uint32_t layer = c->layer;
     delete c;
-    run->landed(layer);
+    (run->*Method)(layer);
   }
 };
+
+// A CUDA host callback that calls run->landed(layer), for the copy kernels' `done`.
+template <class Run>
+using LandedCall = LayerCall<Run, &Run::landed>;
 
 class IoRun;
 
