@@ -20,6 +20,9 @@ token's logits; the time is from the lookup to the logits on the host:
   hybrid      tutti.policy decides how much of the prefix to recompute while the rest loads
   store       layer-wise, while the KV of another prompt of N tokens is being stored (submitted
               when the request starts; `store_s`: when that store was done, after the clock stopped)
+  floor_spin  (asked for by name only) the floor while 1 and then 4 one-thread kernels spin on
+              streams of their own (backend spin1, spin4): what an I/O kernel that stays resident
+              while its reads are in flight, as gpu-uring's does, costs the model's kernels
 Before every load the prefix blocks are zeroed, and each row's logits are compared with the
 full recompute (`logits_match`: the same greedy token and cosine >= 0.995) and with the floor's
 (`logits_equal_floor`: bit for bit: the loaded KV are the bytes that were computed).
@@ -52,6 +55,8 @@ BACKENDS = {"zram": ["gpu-uring", "uring", "posix"], "disk": ["uring", "gpu-urin
 # take different attention kernels, and their last-token logits differ by about this much.
 MATCH_COSINE = 0.995
 MODES = ["recompute", "floor", "load_all", "layerwise", "per_block", "hybrid", "store"]
+DIAGNOSTIC_MODES = ["floor_spin"]  # run only when --modes names them
+SPIN_BLOCKS = (1, 4)
 
 
 def log(msg: str) -> None:
@@ -291,8 +296,42 @@ class Bench:
             if not self.done_row(p, "hbm", "floor"):
                 self.emit(dict(prefix=p, source="hbm", mode="floor", backend="-", ttft_s=secs, ttft_samples=samples,
                                bubble_ms_mean=0.0, bubble_ms_p99=0.0, load_gbps=0.0, cpu_s=cpu, **checked))
+            if "floor_spin" in self.a.modes:
+                self.spin_rows(p, secs)
         self.profile = Profile(model=self.a.model, layers=self.layers,
                                kv_bytes_per_token_layer=self.bytes_per_token_layer).fit(samples_fit)
+
+    def spin_rows(self, p: int, floor_s: float) -> None:
+        """The floor beside k resident one-thread kernels (torch.cuda._sleep) on side streams,
+        each spinning for three floors: a block that holds an SM for the whole prefill, as
+        gpu-uring's I/O kernel holds one while a layer's reads are in flight. A kernel that
+        fills an SM's registers (Hopper's persistent GEMMs do) cannot share that SM with it."""
+        if not self.cuda:
+            log("floor_spin: CUDA only (skipped)")
+            return
+        if not hasattr(self, "spin_hz"):  # _sleep counts clock cycles: how many per second here
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            torch.cuda._sleep(50_000_000)
+            e1.record()
+            e1.synchronize()
+            self.spin_hz = 50_000_000 / (e0.elapsed_time(e1) / 1000)
+            self.spin_streams = [torch.cuda.Stream() for _ in range(max(SPIN_BLOCKS))]
+        for k in SPIN_BLOCKS:
+            if self.done_row(p, "hbm", "floor_spin", f"spin{k}"):
+                continue
+
+            def run(mark, k=k):
+                for st in self.spin_streams[:k]:
+                    with torch.cuda.stream(st):
+                        torch.cuda._sleep(int(3 * floor_s * self.spin_hz))
+                mark()
+                return self.forward(self.tokens, p, self.table)
+
+            logits, _, secs, cpu, samples = self.timed(run)
+            self.emit(dict(prefix=p, source="hbm", mode="floor_spin", backend=f"spin{k}", ttft_s=secs,
+                           ttft_samples=samples, bubble_ms_mean=0.0, bubble_ms_p99=0.0, load_gbps=0.0, cpu_s=cpu,
+                           **self.check(logits, p)))
 
     def done_row(self, prefix, source, mode, backend="-") -> bool:
         return (self.a.model, self.n, prefix, source, mode, backend, self.a.variant) in self.done
@@ -489,7 +528,9 @@ def main(argv=None) -> int:
     ap.add_argument("--remote", default=None, metavar="URI",
                     help="the Redis Cluster of a remote=PATH source (redis://host:port,...)")
     ap.add_argument("--remote-connections", type=int, default=2, help="the remote source's loader threads")
-    ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help=f"comma-separated subset of {','.join(MODES + DIAGNOSTIC_MODES)} (default: all but "
+                         f"{','.join(DIAGNOSTIC_MODES)})")
     ap.add_argument("--repeat", type=int, default=2, help="runs per row; the median is reported (default 2)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--engine", default="hf", choices=["hf", "reference"],
@@ -512,8 +553,8 @@ def main(argv=None) -> int:
         if p <= 0 or p >= n or p % CHUNK_TOKENS:
             ap.error(f"prefix {p}: a multiple of {CHUNK_TOKENS} in (0, {n})")
     for m in a.modes:
-        if m not in MODES:
-            ap.error(f"mode {m!r}: one of {', '.join(MODES)}")
+        if m not in MODES + DIAGNOSTIC_MODES:
+            ap.error(f"mode {m!r}: one of {', '.join(MODES + DIAGNOSTIC_MODES)}")
     sources = []
     for s in a.source:
         name, _, rest = s.partition("=")
