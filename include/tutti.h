@@ -259,6 +259,11 @@ TUTTI_API const char* tutti_last_error(void);
  *                    ring; 0 = one each. Measured on the H200 machine's disk at 32K tokens:
  *                    SQPOLL CPU per layer 81-90 ms with one thread per ring, 5 ms shared,
  *                    at the same GB/s.
+ *   gpu_uring_completions  gpu | cpu: who reaps gpu-uring's completions. gpu (default):
+ *                    each layer's read kernel polls the rings' completion queues, so a
+ *                    block of it stays on an SM until the layer's reads are over; cpu: the
+ *                    kernel ends once the SQEs are published and gpu-uring's copier thread
+ *                    waits for the completions in io_uring_enter. Since 0.7.0.
  *   create           1 | 0. Create missing pool files (default 1).
  *   ranks, rank      one pool for the ranks of a tensor-parallel engine (one process and one
  *                    runtime per rank, each with its own shard of the KV): with ranks=N > 1,

@@ -48,10 +48,10 @@ void copy_to_host(void*, const void*, size_t) { no_cuda(); }
 void fill_zero(void*, size_t) { no_cuda(); }
 double h2d_gbps(int, uint64_t, uint64_t, unsigned, uint64_t) { no_cuda(); }
 
-UringDriver::UringDriver(Device& dev, const std::vector<RingView>&) : dev_(dev) { no_cuda(); }
+UringDriver::UringDriver(Device& dev, const std::vector<RingView>&, bool) : dev_(dev) { no_cuda(); }
 UringDriver::~UringDriver() = default;
 uint32_t UringDriver::max_per_ring() const { return 0; }
-void UringDriver::read_layer(uint32_t, const LayerLoad&, void (*)(void*), void*) { no_cuda(); }
+void UringDriver::read_layer(uint32_t, const LayerLoad&, void (*)(void*), void*, bool*) { no_cuda(); }
 
 void nvme_submit(const nvme::Planned*, uint32_t, const nvme::Segment*, uint8_t, uint32_t, bool, uint16_t,
                  const NvmeQueueView&, void*) {

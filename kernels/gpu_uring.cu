@@ -64,10 +64,11 @@ __device__ void drain(const DevRing& R, State* st, uint32_t r) {
 
 // One block, one warp per ring. Reads of files whose bytes the CPU copies (tmpfs, zram) go to
 // io_uring's workers (IOSQE_ASYNC): done inline, the SQPOLL thread would copy (and decompress)
-// every byte itself. Warp r submits the chunks i with i % rings == r, then its lane 0 drains
-// ring r until all `target` reads of this stream are done.
+// every byte itself. Warp r submits the chunks i with i % rings == r, then, when `reap`, its
+// lane 0 drains ring r until all `target` reads of this stream are done; otherwise the kernel
+// ends once its SQEs are published and the host reaps the completions.
 __global__ void load_layer_io(const DevRing* rings, uint32_t nrings, State* st, uint32_t stream,
-                              unsigned long long target, LayerLoad a) {
+                              unsigned long long target, LayerLoad a, bool reap) {
   const uint32_t r = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     st->status[stream] = reinterpret_cast<int32_t*>(a.status);
@@ -106,7 +107,7 @@ __global__ void load_layer_io(const DevRing* rings, uint32_t nrings, State* st, 
       store_release(R.sq_tail, t + count);
     }
   }
-  if (lane != 0) return;
+  if (lane != 0 || !reap) return;
   volatile unsigned long long* done = &st->done[stream];
   while (*done < target) {
     drain(R, st, r);
@@ -116,7 +117,8 @@ __global__ void load_layer_io(const DevRing* rings, uint32_t nrings, State* st, 
 
 }  // namespace
 
-UringDriver::UringDriver(Device& dev, const std::vector<RingView>& rings) : dev_(dev), rings_(rings) {
+UringDriver::UringDriver(Device& dev, const std::vector<RingView>& rings, bool reap)
+    : dev_(dev), rings_(rings), reap_(reap) {
   TUTTI_EXPECT(!rings.empty() && rings.size() <= kMaxRings, "gpu-uring takes 1 to 8 rings");
   Guard g(dev_.ordinal());
   cudaFuncAttributes fa;  // loaded now: a lazy load would wait for spinning kernels (device.cu)
@@ -195,7 +197,7 @@ uint32_t UringDriver::max_per_ring() const {
   return m;
 }
 
-void UringDriver::read_layer(uint32_t stream, const LayerLoad& a, void (*read)(void*), void* arg) {
+void UringDriver::read_layer(uint32_t stream, const LayerLoad& a, void (*read)(void*), void* arg, bool* submitted) {
   TUTTI_EXPECT(stream < kMaxStreams, "gpu-uring: stream out of range");
   TUTTI_EXPECT(a.layer_bytes < (1ull << 31), "gpu-uring: a chunk-layer extent must be below 2 GiB");
   const uint32_t nrings = static_cast<uint32_t>(rings_.size());
@@ -211,9 +213,10 @@ void UringDriver::read_layer(uint32_t stream, const LayerLoad& a, void (*read)(v
       launched_[stream] += a.n;
       counted = true;
       load_layer_io<<<1, 32 * nrings, 0, s>>>(reinterpret_cast<const DevRing*>(views_), nrings,
-                                               static_cast<State*>(state_), stream, launched_[stream], a);
+                                               static_cast<State*>(state_), stream, launched_[stream], a, reap_);
       check(cudaGetLastError(), "gpu-uring kernel launch");
       launched = true;
+      if (submitted) *submitted = true;
     }
     check(cudaLaunchHostFunc(s, read, arg), "cudaLaunchHostFunc");
   } catch (...) {

@@ -58,17 +58,21 @@ class UringDriver {
  public:
   static constexpr uint32_t kMaxRings = 8, kMaxStreams = 8;
   // Maps the rings' memory for the device (throws EUNSUPPORTED with the reason when it cannot).
-  UringDriver(Device& dev, const std::vector<RingView>& rings);
+  // reap: the read kernels poll the completion queues; otherwise they end once their SQEs are
+  // published, and the host reaps every completion (the device never touches a CQ).
+  UringDriver(Device& dev, const std::vector<RingView>& rings, bool reap = true);
   ~UringDriver();
   UringDriver(const UringDriver&) = delete;
   UringDriver& operator=(const UringDriver&) = delete;
 
   // Reads one layer into its staging on stream `stream` (< kMaxStreams), then read(arg) runs
-  // on a CUDA thread: the reads are over, `status` final. The reads wait on the GPU for the
+  // on a CUDA thread: the reads are over, `status` final (without reap: the reads are
+  // submitted; the host reaps them and writes `status`). The reads wait on the GPU for the
   // newest record of freed(stream), which whoever copies a stream's layer out of its staging
   // records after the copies (and anything that reads `status`): record it before the
-  // stream's next read_layer. Called from one thread at a time.
-  void read_layer(uint32_t stream, const LayerLoad& a, void (*read)(void*), void* arg);
+  // stream's next read_layer. Called from one thread at a time. *submitted turns true once the
+  // read kernel is launched (even where the call then throws).
+  void read_layer(uint32_t stream, const LayerLoad& a, void (*read)(void*), void* arg, bool* submitted = nullptr);
   void* freed(uint32_t stream) const { return freed_[stream]; }
   // The most reads one layer may put on a ring, so no completion queue can overflow.
   uint32_t max_per_ring() const;
@@ -80,6 +84,7 @@ class UringDriver {
   std::vector<void*> registered_;
   void* state_ = nullptr;  // device memory: locks, SQ tickets, completion counters
   uint64_t launched_[kMaxStreams] = {};
+  bool reap_ = true;
   bool broken_ = false;  // a launch failed: the counters may be ahead of the rings
   void* streams_[kMaxStreams] = {};
   void* freed_[kMaxStreams] = {};  // per stream: its staging is free for the next reads

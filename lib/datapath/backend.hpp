@@ -50,6 +50,7 @@ struct BackendConfig {
   unsigned queue_depth = 64;           // uring: I/Os in flight per ring
   unsigned sqpoll_idle_ms = 2;         // gpu-uring: idle time before a SQPOLL thread sleeps
   bool sqpoll_shared = true;           // gpu-uring: one SQPOLL thread for all rings
+  bool gpu_completions = true;         // gpu-uring: the read kernels poll the CQs (else the host reaps)
   unsigned threads = 16;               // posix: worker threads
   // A store backend's threads (rings, workers) are named "<name>-st" and run at this nice
   // value, so a load's threads and the engine's own preempt them (reads before writes, on the

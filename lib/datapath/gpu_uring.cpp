@@ -44,7 +44,8 @@ struct GpuUring::Read {
   void* arg;
 };
 
-GpuUring::GpuUring(gpu::Device& dev, const BackendConfig& cfg) : idle_ms_(cfg.sqpoll_idle_ms ? cfg.sqpoll_idle_ms : 2) {
+GpuUring::GpuUring(gpu::Device& dev, const BackendConfig& cfg)
+    : idle_ms_(cfg.sqpoll_idle_ms ? cfg.sqpoll_idle_ms : 2), host_reaps_(!cfg.gpu_completions) {
   const unsigned n = std::min<unsigned>(cfg.rings ? cfg.rings : 1, gpu::UringDriver::kMaxRings);
   std::vector<gpu::RingView> views;
   for (unsigned i = 0; i < n; ++i) {
@@ -80,7 +81,7 @@ GpuUring::GpuUring(gpu::Device& dev, const BackendConfig& cfg) : idle_ms_(cfg.sq
     views.push_back(v);
   }
   try {
-    driver_ = std::make_unique<gpu::UringDriver>(dev, views);
+    driver_ = std::make_unique<gpu::UringDriver>(dev, views, !host_reaps_);
   } catch (...) {
     for (auto& r : rings_) io_uring_queue_exit(r.get());
     throw;
@@ -106,10 +107,11 @@ GpuUring::~GpuUring() {
 
 std::string GpuUring::describe() const {
   return "gpu-uring: " + std::to_string(rings_.size()) + " SQPOLL rings x " + std::to_string(kSqEntries) +
-         " entries (idle " + std::to_string(idle_ms_) + " ms), GPU-built SQEs, GPU-polled CQs";
+         " entries (idle " + std::to_string(idle_ms_) + " ms), GPU-built SQEs, " +
+         (host_reaps_ ? "CQs reaped by the copier thread" : "GPU-polled CQs");
 }
 
-void GpuUring::load_layer(uint32_t stream, const gpu::LayerLoad& a, void (*copy)(void*), void* arg) {
+void GpuUring::load_layer(uint32_t stream, const gpu::LayerLoad& a, int32_t* status, void (*copy)(void*), void* arg) {
   // On a CUDA thread, in stream order after the read kernel: hands the layer to the copier.
   auto over = [](void* p) {
     auto* r = static_cast<Read*>(p);
@@ -119,22 +121,36 @@ void GpuUring::load_layer(uint32_t stream, const gpu::LayerLoad& a, void (*copy)
     self->read_cv_.notify_one();
   };
   TUTTI_EXPECT(stream < gpu::UringDriver::kMaxStreams, "gpu-uring: stream out of range");
-  auto* r = new Read{this, stream, copy, arg};
+  auto r = std::make_unique<Read>(Read{this, stream, copy, arg});
   {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return copied_[stream] == issued_[stream]; });
+    TUTTI_EXPECT_CODE(!reap_failed_, TUTTI_EIO,
+                      "gpu-uring: a layer's completions could not be reaped before; this runtime's gpu-uring queues no more");
+    if (host_reaps_) {  // the stream's previous layer is reaped: no read of it completes now
+      // (status itself is not written before the read kernel has waited for freed(stream):
+      // the previous layer's copies and checks read it until then)
+      Reaping& rp = reaping_[stream];
+      rp = Reaping{status, static_cast<int32_t>(a.layer_bytes), a.n, {}};
+      const uint32_t n = static_cast<uint32_t>(rings_.size());
+      for (uint32_t k = 0; k < n && k < a.n; ++k) rp.left[k] = (a.n - k + n - 1) / n;  // chunk i on ring i % n
+    }
     ++issued_[stream];
     if (in_flight_++ == 0) cv_.notify_all();
   }
   wake_idle();  // the kernel may run at once: have the rings' threads awake for it
+  bool submitted = false;
   try {
-    driver_->read_layer(stream, a, over, r);
+    driver_->read_layer(stream, a, over, r.get(), &submitted);
+    r.release();  // over() has it
   } catch (...) {
-    delete r;
     {
       std::lock_guard lock(mu_);
       --issued_[stream];
       --in_flight_;
+      // Its reads were submitted and no copier waits for them: their completions would be
+      // booked against the stream's next layer.
+      if (host_reaps_ && submitted) reap_failed_ = true;
     }
     cv_.notify_all();
     throw;
@@ -152,6 +168,7 @@ void GpuUring::run_copier() {
     Read* r = reads_.front();
     reads_.pop_front();
     lock.unlock();
+    if (host_reaps_) reap(r->stream);
     try {
       r->copy(r->arg);
     } catch (const std::exception& e) {  // copy() fails and lands the layer on what it expects
@@ -164,6 +181,49 @@ void GpuUring::run_copier() {
     --in_flight_;
     cv_.notify_all();
   }
+}
+
+// Waits on each ring for the completions the stream's layer still awaits there, booking those
+// of other streams' layers met on the way. Runs once the layer's read kernel has run (after
+// its wait for freed(stream)), so `status` is the layer's to write. A ring that cannot be
+// waited on fails every chunk of this layer and of those after it, and this gpu-uring takes
+// no more layers: their reads may still land, in staging the failed layers give back.
+void GpuUring::reap(uint32_t stream) {
+  for (size_t k = 0; k < rings_.size(); ++k) {
+    io_uring* ring = rings_[k].get();
+    for (;;) {
+      unsigned want;
+      {
+        std::lock_guard lock(mu_);
+        want = reap_failed_ ? 0 : reaping_[stream].left[k];
+      }
+      if (!want) break;
+      io_uring_cqe* cqe = nullptr;
+      const int rc = io_uring_wait_cqe_nr(ring, &cqe, want);
+      std::lock_guard lock(mu_);
+      if (rc < 0) {
+        if (rc == -EINTR || rc == -EAGAIN || rc == -ETIME) continue;
+        log(TUTTI_LOG_ERROR, std::string("gpu-uring: waiting for a ring's completions: ") + std::strerror(-rc));
+        reap_failed_ = true;
+        break;
+      }
+      unsigned head, seen = 0;
+      io_uring_for_each_cqe(ring, head, cqe) {
+        Reaping& r = reaping_[static_cast<uint32_t>(cqe->user_data >> 32) % gpu::UringDriver::kMaxStreams];
+        const uint32_t i = static_cast<uint32_t>(cqe->user_data);
+        // A short read is an error here: O_DIRECT extents inside the pool file are never short.
+        if (i < r.n && r.left[k]) {
+          r.status[i] = cqe->res == r.expect ? 0 : cqe->res < 0 ? cqe->res : -EIO;
+          --r.left[k];
+        }
+        ++seen;
+      }
+      io_uring_cq_advance(ring, seen);
+    }
+  }
+  std::lock_guard lock(mu_);
+  if (reap_failed_)
+    for (uint32_t i = 0; i < reaping_[stream].n; ++i) reaping_[stream].status[i] = -EIO;
 }
 
 void GpuUring::wake_idle() {

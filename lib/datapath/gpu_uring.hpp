@@ -38,8 +38,8 @@ class GpuUring {
   // are over: a stream-ordered wait then waits for copies, never for a read. The stream's next
   // reads wait for freed(stream) on the GPU; this call waits first until the stream's previous
   // layer has been through copy(), so that the newest record of freed(stream) follows its
-  // copies.
-  void load_layer(uint32_t stream, const gpu::LayerLoad& a, void (*copy)(void*), void* arg);
+  // copies. `status` is a.status as the CPU sees it (written here when the host reaps).
+  void load_layer(uint32_t stream, const gpu::LayerLoad& a, int32_t* status, void (*copy)(void*), void* arg);
   void* freed(uint32_t stream) const { return driver_->freed(stream); }
   // The most chunks one layer may read.
   uint32_t max_chunks() const { return max_chunks_; }
@@ -47,6 +47,14 @@ class GpuUring {
 
  private:
   struct Read;
+  // With gpu_uring_completions=cpu: what each stream's layer in flight still awaits, per ring.
+  struct Reaping {
+    int32_t* status = nullptr;
+    int32_t expect = 0;  // a whole chunk-layer
+    uint32_t n = 0;      // chunks
+    uint32_t left[gpu::UringDriver::kMaxRings] = {};
+  };
+  void reap(uint32_t stream);  // on the copier: until every read of the stream's layer is in
   void wake_idle();  // IORING_ENTER_SQ_WAKEUP on rings whose SQPOLL thread sleeps
   void run_waker();
   void run_copier();
@@ -55,6 +63,9 @@ class GpuUring {
   std::unique_ptr<gpu::UringDriver> driver_;
   uint32_t max_chunks_ = 0;
   unsigned idle_ms_ = 0;
+  bool host_reaps_ = false;  // option gpu_uring_completions=cpu
+  Reaping reaping_[gpu::UringDriver::kMaxStreams];  // under mu_
+  bool reap_failed_ = false;  // a ring could not be waited on: reads may still be in flight
   std::mutex mu_;
   std::condition_variable cv_;         // in_flight_, copied_, stop_
   std::condition_variable read_cv_;    // reads_, stop_

@@ -54,7 +54,7 @@ class GpuUringRun final : public RunBase {
       set.status = set.copies + n * sizeof(gpu::ChunkCopy);
       set.targets_host = reinterpret_cast<gpu::IoTarget*>(base + at);
       set.copies_host = reinterpret_cast<gpu::ChunkCopy*>(set.targets_host + n);
-      set.status_host = reinterpret_cast<const int32_t*>(set.copies_host + n);
+      set.status_host = reinterpret_cast<int32_t*>(set.copies_host + n);
     }
     // The staging of every set, for the whole batch, taken here on the submitting thread and
     // at once: taken layer by layer on the loader thread, a second batch's wait for buffers
@@ -92,7 +92,7 @@ class GpuUringRun final : public RunBase {
     using CopyCall = LayerCall<GpuUringRun, &GpuUringRun::copy>;
     auto* arg = new CopyCall{this, layer};
     try {
-      p_.gpu_uring->load_layer(k, a, CopyCall::call, arg);
+      p_.gpu_uring->load_layer(k, a, set.status_host, CopyCall::call, arg);
     } catch (const Error& e) {
       delete arg;
       for (uint32_t i = 0; i < n; ++i) fail(i, layer, e.code(), e.what());
@@ -153,7 +153,7 @@ class GpuUringRun final : public RunBase {
     uint64_t targets = 0, copies = 0, status = 0;  // device addresses
     gpu::IoTarget* targets_host = nullptr;        // the same memory, as the CPU sees it
     gpu::ChunkCopy* copies_host = nullptr;
-    const int32_t* status_host = nullptr;
+    int32_t* status_host = nullptr;
   };
   DeviceBatch mem_;
   void* pinned_ = nullptr;  // the chunks' extents, then every set's descriptors

@@ -34,6 +34,7 @@ const std::vector<OptionInfo>& option_table() {
       {"queue_depth", "64", "I/Os in flight per ring"},
       {"sqpoll_idle_ms", "2", "gpu-uring: ms without submissions before a SQPOLL thread sleeps"},
       {"sqpoll_shared", "1", "gpu-uring: 1 = all rings share one SQPOLL thread (IORING_SETUP_ATTACH_WQ); 0 = one each"},
+      {"gpu_uring_completions", "gpu", "gpu | cpu: who reaps gpu-uring's completions (gpu: each layer's read kernel polls the rings, resident on an SM until its reads are over; cpu: the kernel ends once its reads are submitted and gpu-uring's copier thread waits for them in io_uring_enter)"},
       {"async_reads", "auto", "auto | on | off: uring and gpu-uring reads go to io_uring's worker threads (auto: for pool files whose bytes the CPU copies: tmpfs, zram, brd, pmem)"},
       {"store_sums", "gpu", "gpu | cpu: who hashes a store from CUDA memory for its commit record (gpu: the gather's checksum kernel, from the same blocks; cpu: a thread reads the stored bytes again)"},
       {"threads", "auto", "posix, dram and cufile worker threads (auto: the CPUs this process may use less 4, from 4 to 16)"},
@@ -152,6 +153,9 @@ void apply(Config& c, const std::string& key, const std::string& v) {
     c.queue_depth = count_of(key, v, 1, 4096);
   } else if (key == "sqpoll_idle_ms") {
     c.sqpoll_idle_ms = count_of(key, v, 1, 60000);
+  } else if (key == "gpu_uring_completions") {
+    TUTTI_EXPECT(v == "gpu" || v == "cpu", "option gpu_uring_completions: '" + v + "' is not gpu or cpu");
+    c.gpu_completions = v == "gpu";
   } else if (key == "sqpoll_shared") {
     TUTTI_EXPECT(v == "0" || v == "1", "option sqpoll_shared: '" + v + "' is not 0 or 1");
     c.sqpoll_shared = v == "1";

@@ -44,6 +44,7 @@ struct Config {
   uint32_t queue_depth = 0;
   uint32_t sqpoll_idle_ms = 0;
   bool sqpoll_shared = false;
+  bool gpu_completions = true;  // option gpu_uring_completions: gpu, or cpu
   std::optional<bool> async_reads;  // option async_reads: on, off, or auto (empty: by pool file)
   bool gpu_sums = true;             // option store_sums: gpu, or cpu
   uint32_t threads = 0;

@@ -148,6 +148,7 @@ void Runtime::register_kv(const tutti_kv_layout& layout) {
   bc.queue_depth = cfg_.queue_depth;
   bc.sqpoll_idle_ms = cfg_.sqpoll_idle_ms;
   bc.sqpoll_shared = cfg_.sqpoll_shared;
+  bc.gpu_completions = cfg_.gpu_completions;
   bc.threads = cfg_.threads;
   bc.nvme_controller = cfg_.nvme_controller;
   bc.nvme_data_pointer = cfg_.nvme_data_pointer;

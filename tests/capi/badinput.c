@@ -106,6 +106,7 @@ static void test_options(void** state) {
       {"verify", "yes please"},    {"staging", "lots"},        {"lookahead", "x"},
       {"rings", "x"},              {"queue_depth", "x"},       {"threads", "x"},
       {"create", "2"},             {"sqpoll_shared", "yes"},   {"sqpoll_idle_ms", "0"},
+      {"gpu_uring_completions", "host"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     int rc = tutti_options_set(o, bad[i][0], bad[i][1]);
@@ -126,7 +127,7 @@ static void test_options(void** state) {
       {"verify", "1"},         {"staging", "16M"},          {"lookahead", "2"},
       {"rings", "1"},          {"queue_depth", "16"},       {"threads", "2"},
       {"create", "0"},         {"create", "1"},             {"sqpoll_shared", "1"},
-      {"sqpoll_idle_ms", "2"},
+      {"sqpoll_idle_ms", "2"},    {"gpu_uring_completions", "cpu"},
   };
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
     int rc = tutti_options_set(o, good[i][0], good[i][1]);

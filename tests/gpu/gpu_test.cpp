@@ -141,13 +141,16 @@ tutti_runtime* open_with(const std::vector<std::pair<std::string, std::string>>&
 tutti_runtime* open_runtime(const std::string& pool, const char* backend, const tutti_kv_layout& l, bool verify = true,
                             const char* io_mode = "object", int* rc_out = nullptr,
                             const char* device_staging = nullptr, const char* staging = nullptr,
-                            const char* load_priority = nullptr) {
+                            const char* option = nullptr) {
   std::vector<std::pair<std::string, std::string>> opts = {
       {"pool", pool},        {"capacity", "256M"}, {"chunk_tokens", "64"},
       {"backend", backend}, {"io_mode", io_mode}, {"verify", verify ? "on" : "unsafe-off"}};
   if (device_staging) opts.emplace_back("device_staging", device_staging);
   if (staging) opts.emplace_back("staging", staging);
-  if (load_priority) opts.emplace_back("load_priority", load_priority);
+  if (option) {  // "key=value"
+    const std::string kv = option;
+    opts.emplace_back(kv.substr(0, kv.find('=')), kv.substr(kv.find('=') + 1));
+  }
   return open_with(opts, l, rc_out);
 }
 
@@ -191,7 +194,7 @@ struct Case {
   // Option staging (null: the default). Below a layer of the batch ("1M": four chunk-layers, a
   // layer here has up to 22) a load into HBM goes in waves, each scattered as its reads land.
   const char* staging = nullptr;
-  const char* load_priority = nullptr;  // option load_priority (null: the default)
+  const char* option = nullptr;  // one more option, "key=value"
 };
 
 class GpuRoundTrip : public ::testing::TestWithParam<Case> {};
@@ -203,7 +206,7 @@ TEST_P(GpuRoundTrip, StoreFromHbmLoadIntoHbm) {
   DeviceKv kv(layers, blocks, bt, 8, 128, c.hnd);
   int rc = 0;
   tutti_runtime* rt = open_runtime(dir.path + "/pool", c.backend, kv.layout, c.verify, c.io_mode, &rc,
-                                   c.device_staging, c.staging, c.load_priority);
+                                   c.device_staging, c.staging, c.option);
   if (rc == TUTTI_EUNSUPPORTED && std::string(c.backend) == "cufile") GTEST_SKIP() << tutti_last_error();
   ASSERT_NE(rt, nullptr) << tutti_strerror(rc) << ": " << tutti_last_error();
 
@@ -262,8 +265,13 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GpuRoundTrip,
                                            Case{"uring", 0, true, false, "object", "0", "768K"},
                                            Case{"gpu-uring", 0, true, false, "object", "0"},
                                            Case{"gpu-uring", 1, true, false, "object", "512K"},
-                                           Case{"gpu-uring", 0, true, false, "object", nullptr, nullptr, "high"},
-                                           Case{"posix", 1, true, true, "object", nullptr, nullptr, "high"}));
+                                           Case{"gpu-uring", 0, true, false, "object", nullptr, nullptr,
+                                                "load_priority=high"},
+                                           Case{"posix", 1, true, true, "object", nullptr, nullptr, "load_priority=high"},
+                                           Case{"gpu-uring", 0, true, false, "object", nullptr, nullptr,
+                                                "gpu_uring_completions=cpu"},
+                                           Case{"gpu-uring", 1, true, true, "object", nullptr, nullptr,
+                                                "gpu_uring_completions=cpu"}));
 
 // store_sums=gpu: each store's checksums come from the gather's checksum kernel, and every load
 // is checked against them where it lands: a prompt ending inside a chunk (its partial chunk
@@ -847,7 +855,10 @@ TEST_P(GpuFailedRead, LeavesBlocksAlone) {
   const uint32_t layers = 2, blocks = 32, bt = 16, chunk = 64, n = 512;
   DeviceKv kv(layers, blocks, bt, 8, 128, 0);
   const std::string pool = dir.path + "/pool";
-  tutti_runtime* rt = open_runtime(pool, GetParam(), kv.layout);
+  // "backend" or "backend option=value"
+  const std::string param = GetParam(), backend = param.substr(0, param.find(' '));
+  tutti_runtime* rt = open_runtime(pool, backend.c_str(), kv.layout, true, "object", nullptr, nullptr, nullptr,
+                                   backend == param ? nullptr : param.c_str() + backend.size() + 1);
   ASSERT_NE(rt, nullptr);
   std::vector<int32_t> table(blocks), tokens(n);
   for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>(i);
@@ -897,7 +908,8 @@ TEST_P(GpuFailedRead, LeavesBlocksAlone) {
   tutti_runtime_close(rt);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, GpuFailedRead, ::testing::Values("uring", "gpu-uring"));
+INSTANTIATE_TEST_SUITE_P(Backends, GpuFailedRead,
+                         ::testing::Values("uring", "gpu-uring", "gpu-uring gpu_uring_completions=cpu"));
 
 // One layer of 8 fused blocks in host memory (bases[0] must point at 1 MiB).
 tutti_kv_layout host_layout(void** bases) {

@@ -49,6 +49,9 @@ TEST(Options, DefaultsEnvironmentAndOverrides) {
   EXPECT_FALSE(c.high_load_priority);
   o.set("load_priority", "high");
   EXPECT_TRUE(o.resolve().high_load_priority);
+  EXPECT_TRUE(c.gpu_completions);
+  o.set("gpu_uring_completions", "cpu");
+  EXPECT_FALSE(o.resolve().gpu_completions);
   o.set("chunk_tokens", "128");
   o.set("pool", "/c/p");
   c = o.resolve();
@@ -79,6 +82,7 @@ TEST(Options, BadInputIsRefusedAtSet) {
   EXPECT_THROW(o.set("capacity", "-1"), Error);
   EXPECT_THROW(o.set("verify", "maybe"), Error);
   EXPECT_THROW(o.set("load_priority", "urgent"), Error);
+  EXPECT_THROW(o.set("gpu_uring_completions", "both"), Error);
   ::setenv("TUTTI_RINGS", "zero", 1);
   try {
     o.resolve();
