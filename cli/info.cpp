@@ -44,7 +44,7 @@ std::vector<BackendState> backends() {
   std::vector<BackendState> b;
   b.push_back({"uring", "io_uring, O_DIRECT, fixed files and buffers", uring_unavailable_reason()});
   b.push_back({"posix", "thread pool, preadv/pwritev", ""});
-  b.push_back({"gpu-uring", "GPU-built SQEs, SQPOLL rings, GPU-polled completions; loads into CUDA memory",
+  b.push_back({"gpu-uring", "GPU-built SQEs, SQPOLL rings, GPU- or CPU-reaped completions; loads into CUDA memory",
                gpu_uring_unavailable_reason()});
   std::string cwhy = cufile_unavailable_reason();
   b.push_back({"cufile", cwhy.empty() ? "cuFile, " + cufile_mode() + "; loads into CUDA memory" : "", cwhy});

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // gpu-uring, the GPU side: one small kernel per layer writes the layer's read SQEs into the
-// io_uring rings (mapped into the GPU's address space), publishes them, and polls the
-// completion queues until every read of the layer has landed in staging; a host callback on
-// the same stream then hands the layer on to be copied into the blocks. See gpu_uring.hpp.
+// io_uring rings (mapped into the GPU's address space), publishes them, and (unless the host
+// reaps) polls the completion queues until every read of the layer has landed in staging; a
+// host callback on the same stream then hands the layer on to be copied into the blocks. See
+// gpu_uring.hpp.
 #include <cuda/atomic>
 #include <cuda_runtime.h>
 
@@ -64,11 +65,11 @@ __device__ void drain(const DevRing& R, State* st, uint32_t r) {
 
 // One block, one warp per ring. Reads of files whose bytes the CPU copies (tmpfs, zram) go to
 // io_uring's workers (IOSQE_ASYNC): done inline, the SQPOLL thread would copy (and decompress)
-// every byte itself. Warp r submits the chunks i with i % rings == r, then, when `reap`, its
+// every byte itself. Warp r submits the chunks i with i % rings == r, then, with `poll`, its
 // lane 0 drains ring r until all `target` reads of this stream are done; otherwise the kernel
 // ends once its SQEs are published and the host reaps the completions.
 __global__ void load_layer_io(const DevRing* rings, uint32_t nrings, State* st, uint32_t stream,
-                              unsigned long long target, LayerLoad a, bool reap) {
+                              unsigned long long target, LayerLoad a, bool poll) {
   const uint32_t r = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     st->status[stream] = reinterpret_cast<int32_t*>(a.status);
@@ -107,7 +108,7 @@ __global__ void load_layer_io(const DevRing* rings, uint32_t nrings, State* st, 
       store_release(R.sq_tail, t + count);
     }
   }
-  if (lane != 0 || !reap) return;
+  if (lane != 0 || !poll) return;
   volatile unsigned long long* done = &st->done[stream];
   while (*done < target) {
     drain(R, st, r);
@@ -117,8 +118,8 @@ __global__ void load_layer_io(const DevRing* rings, uint32_t nrings, State* st, 
 
 }  // namespace
 
-UringDriver::UringDriver(Device& dev, const std::vector<RingView>& rings, bool reap)
-    : dev_(dev), rings_(rings), reap_(reap) {
+UringDriver::UringDriver(Device& dev, const std::vector<RingView>& rings, bool poll_cqs)
+    : dev_(dev), rings_(rings), poll_cqs_(poll_cqs) {
   TUTTI_EXPECT(!rings.empty() && rings.size() <= kMaxRings, "gpu-uring takes 1 to 8 rings");
   Guard g(dev_.ordinal());
   cudaFuncAttributes fa;  // loaded now: a lazy load would wait for spinning kernels (device.cu)
@@ -213,7 +214,7 @@ void UringDriver::read_layer(uint32_t stream, const LayerLoad& a, void (*read)(v
       launched_[stream] += a.n;
       counted = true;
       load_layer_io<<<1, 32 * nrings, 0, s>>>(reinterpret_cast<const DevRing*>(views_), nrings,
-                                               static_cast<State*>(state_), stream, launched_[stream], a, reap_);
+                                               static_cast<State*>(state_), stream, launched_[stream], a, poll_cqs_);
       check(cudaGetLastError(), "gpu-uring kernel launch");
       launched = true;
       if (submitted) *submitted = true;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The GPU side of the gpu-uring backend, behind a CUDA-free interface. GPU warps write a layer's
 // read SQEs into io_uring rings that live in host memory mapped for the device; the rings'
-// SQPOLL kernel threads submit them; the warps poll the completion queues; a host callback then
-// hands the layer on, and its copies into the paged blocks are queued like any load's
+// SQPOLL kernel threads submit them; the warps poll the completion queues (or the host reaps
+// them); a host callback then hands the layer on, and its copies into the paged blocks are queued like any load's
 // (Device::scatter). The CPU builds no I/O: per layer it launches one read kernel and queues
 // the copies once the reads are over.
 #pragma once
@@ -58,9 +58,9 @@ class UringDriver {
  public:
   static constexpr uint32_t kMaxRings = 8, kMaxStreams = 8;
   // Maps the rings' memory for the device (throws EUNSUPPORTED with the reason when it cannot).
-  // reap: the read kernels poll the completion queues; otherwise they end once their SQEs are
-  // published, and the host reaps every completion (the device never touches a CQ).
-  UringDriver(Device& dev, const std::vector<RingView>& rings, bool reap = true);
+  // poll_cqs: the read kernels poll the completion queues; otherwise they end once their SQEs
+  // are published, and the host reaps every completion (the device never touches a CQ).
+  UringDriver(Device& dev, const std::vector<RingView>& rings, bool poll_cqs = true);
   ~UringDriver();
   UringDriver(const UringDriver&) = delete;
   UringDriver& operator=(const UringDriver&) = delete;
@@ -84,7 +84,7 @@ class UringDriver {
   std::vector<void*> registered_;
   void* state_ = nullptr;  // device memory: locks, SQ tickets, completion counters
   uint64_t launched_[kMaxStreams] = {};
-  bool reap_ = true;
+  bool poll_cqs_ = true;
   bool broken_ = false;  // a launch failed: the counters may be ahead of the rings
   void* streams_[kMaxStreams] = {};
   void* freed_[kMaxStreams] = {};  // per stream: its staging is free for the next reads

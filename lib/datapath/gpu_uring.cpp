@@ -36,7 +36,7 @@ std::string gpu_uring_unavailable_reason() {
   return "";
 }
 
-// A layer whose reads are in flight, then over: its copy and where it read.
+// A layer whose read kernel has run: its copy (none: it failed after its reads were submitted).
 struct GpuUring::Read {
   GpuUring* self;
   uint32_t stream;
@@ -81,7 +81,7 @@ GpuUring::GpuUring(gpu::Device& dev, const BackendConfig& cfg)
     views.push_back(v);
   }
   try {
-    driver_ = std::make_unique<gpu::UringDriver>(dev, views, !host_reaps_);
+    driver_ = std::make_unique<gpu::UringDriver>(dev, views, /*poll_cqs=*/!host_reaps_);
   } catch (...) {
     for (auto& r : rings_) io_uring_queue_exit(r.get());
     throw;
@@ -125,8 +125,6 @@ void GpuUring::load_layer(uint32_t stream, const gpu::LayerLoad& a, int32_t* sta
   {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return copied_[stream] == issued_[stream]; });
-    TUTTI_EXPECT_CODE(!reap_failed_, TUTTI_EIO,
-                      "gpu-uring: a layer's completions could not be reaped before; this runtime's gpu-uring queues no more");
     if (host_reaps_) {  // the stream's previous layer is reaped: no read of it completes now
       // (status itself is not written before the read kernel has waited for freed(stream):
       // the previous layer's copies and checks read it until then)
@@ -144,21 +142,28 @@ void GpuUring::load_layer(uint32_t stream, const gpu::LayerLoad& a, int32_t* sta
     driver_->read_layer(stream, a, over, r.get(), &submitted);
     r.release();  // over() has it
   } catch (...) {
-    {
-      std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    if (host_reaps_ && submitted) {
+      // Its reads are in flight, and only the copier reaps: have it reap them (no copies)
+      // before the caller fails the layer and gives their staging back.
+      r->copy = nullptr;
+      reads_.push_back(r.release());
+      read_cv_.notify_one();
+      cv_.wait(lock, [&] { return copied_[stream] == issued_[stream]; });
+    } else {
       --issued_[stream];
       --in_flight_;
-      // Its reads were submitted and no copier waits for them: their completions would be
-      // booked against the stream's next layer.
-      if (host_reaps_ && submitted) reap_failed_ = true;
+      reaping_[stream] = Reaping{};
     }
+    lock.unlock();
     cv_.notify_all();
     throw;
   }
 }
 
-// Queues the copies of each layer whose reads are over, in the order they ended. copy() may
-// land the layer and free its batch (never this object: it outlives every batch).
+// Queues the copies of each layer whose read kernel has run, in the order they ran, once its
+// reads are over (reaping them first when the host reaps). copy() may land the layer and free
+// its batch (never this object: it outlives every batch).
 void GpuUring::run_copier() {
   name_this_thread("tutti-copier");
   std::unique_lock lock(mu_);
@@ -170,7 +175,7 @@ void GpuUring::run_copier() {
     lock.unlock();
     if (host_reaps_) reap(r->stream);
     try {
-      r->copy(r->arg);
+      if (r->copy) r->copy(r->arg);  // none: a layer that failed after its reads were submitted
     } catch (const std::exception& e) {  // copy() fails and lands the layer on what it expects
       log(TUTTI_LOG_ERROR, std::string("gpu-uring: a layer's copies could not be queued: ") + e.what());
     }
@@ -185,9 +190,8 @@ void GpuUring::run_copier() {
 
 // Waits on each ring for the completions the stream's layer still awaits there, booking those
 // of other streams' layers met on the way. Runs once the layer's read kernel has run (after
-// its wait for freed(stream)), so `status` is the layer's to write. A ring that cannot be
-// waited on fails every chunk of this layer and of those after it, and this gpu-uring takes
-// no more layers: their reads may still land, in staging the failed layers give back.
+// its wait for freed(stream)), so `status` is the layer's to write. Where io_uring_enter
+// fails, it polls the completion queue instead: a layer never ends with its reads in flight.
 void GpuUring::reap(uint32_t stream) {
   for (size_t k = 0; k < rings_.size(); ++k) {
     io_uring* ring = rings_[k].get();
@@ -195,19 +199,18 @@ void GpuUring::reap(uint32_t stream) {
       unsigned want;
       {
         std::lock_guard lock(mu_);
-        want = reap_failed_ ? 0 : reaping_[stream].left[k];
+        want = reaping_[stream].left[k];
       }
       if (!want) break;
       io_uring_cqe* cqe = nullptr;
       const int rc = io_uring_wait_cqe_nr(ring, &cqe, want);
-      std::lock_guard lock(mu_);
-      if (rc < 0) {
-        if (rc == -EINTR || rc == -EAGAIN || rc == -ETIME) continue;
-        log(TUTTI_LOG_ERROR, std::string("gpu-uring: waiting for a ring's completions: ") + std::strerror(-rc));
-        reap_failed_ = true;
-        break;
+      if (rc < 0 && rc != -EINTR) {
+        log(TUTTI_LOG_WARN, std::string("gpu-uring: waiting for a ring's completions: ") + std::strerror(-rc) +
+                                "; polling the completion queue");
+        while (io_uring_cq_ready(ring) < want) std::this_thread::sleep_for(std::chrono::microseconds(20));
       }
       unsigned head, seen = 0;
+      std::lock_guard lock(mu_);
       io_uring_for_each_cqe(ring, head, cqe) {
         Reaping& r = reaping_[static_cast<uint32_t>(cqe->user_data >> 32) % gpu::UringDriver::kMaxStreams];
         const uint32_t i = static_cast<uint32_t>(cqe->user_data);
@@ -221,9 +224,6 @@ void GpuUring::reap(uint32_t stream) {
       io_uring_cq_advance(ring, seen);
     }
   }
-  std::lock_guard lock(mu_);
-  if (reap_failed_)
-    for (uint32_t i = 0; i < reaping_[stream].n; ++i) reaping_[stream].status[i] = -EIO;
 }
 
 void GpuUring::wake_idle() {

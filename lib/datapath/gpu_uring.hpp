@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// gpu-uring: loads into CUDA memory whose I/O the GPU itself submits and reaps. This side sets
-// up the io_uring rings (SQPOLL, so no system call is needed to submit; registered pool files
-// and staging), keeps their SQPOLL threads awake while layers are in flight, and hands each
-// layer whose reads are over to the copier thread that queues its copies; the GPU side is
+// gpu-uring: loads into CUDA memory whose I/O the GPU itself submits, and reaps unless
+// gpu_uring_completions=cpu. This side sets up the io_uring rings (SQPOLL, so no system call is
+// needed to submit; registered pool files and staging), keeps their SQPOLL threads awake while
+// layers are in flight, and hands each layer whose read kernel has run to the copier thread,
+// which (reaping its completions first when the host reaps) queues its copies; the GPU side is
 // kernels/gpu_uring.hpp. Stores go through the CPU producer (uring): a commit record needs
 // each layer's checksum, which the CPU computes as it writes.
 #pragma once
@@ -65,13 +66,12 @@ class GpuUring {
   unsigned idle_ms_ = 0;
   bool host_reaps_ = false;  // option gpu_uring_completions=cpu
   Reaping reaping_[gpu::UringDriver::kMaxStreams];  // under mu_
-  bool reap_failed_ = false;  // a ring could not be waited on: reads may still be in flight
   std::mutex mu_;
   std::condition_variable cv_;         // in_flight_, copied_, stop_
   std::condition_variable read_cv_;    // reads_, stop_
   unsigned in_flight_ = 0;             // layers launched and not yet through copy()
   uint64_t issued_[gpu::UringDriver::kMaxStreams] = {}, copied_[gpu::UringDriver::kMaxStreams] = {};
-  std::deque<Read*> reads_;            // layers whose reads are over, in the order they ended
+  std::deque<Read*> reads_;            // layers whose read kernel has run, in the order they ran
   bool stop_ = false;
   std::thread waker_, copier_;
 };

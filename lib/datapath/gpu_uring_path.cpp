@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // gpu-uring loads: per layer, one launch on the GPU writes the layer's io_uring submissions
-// and polls their completions; once they are over, gpu-uring's copier thread queues the copies
-// of what landed into the blocks. The CPU builds no I/O.
+// and polls their completions (or leaves them to gpu-uring's copier thread); once they are
+// over, the copier thread queues the copies of what landed into the blocks. The CPU builds no
+// I/O.
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -88,7 +89,7 @@ class GpuUringRun final : public RunBase {
     a.targets = set.targets;
     a.status = set.status;
     p_.counters->ios += n;
-    // gpu-uring's copier calls copy(layer) once the reads are over.
+    // gpu-uring's copier calls copy(layer) once the reads are over (and reaped).
     using CopyCall = LayerCall<GpuUringRun, &GpuUringRun::copy>;
     auto* arg = new CopyCall{this, layer};
     try {

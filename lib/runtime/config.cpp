@@ -153,12 +153,12 @@ void apply(Config& c, const std::string& key, const std::string& v) {
     c.queue_depth = count_of(key, v, 1, 4096);
   } else if (key == "sqpoll_idle_ms") {
     c.sqpoll_idle_ms = count_of(key, v, 1, 60000);
-  } else if (key == "gpu_uring_completions") {
-    TUTTI_EXPECT(v == "gpu" || v == "cpu", "option gpu_uring_completions: '" + v + "' is not gpu or cpu");
-    c.gpu_completions = v == "gpu";
   } else if (key == "sqpoll_shared") {
     TUTTI_EXPECT(v == "0" || v == "1", "option sqpoll_shared: '" + v + "' is not 0 or 1");
     c.sqpoll_shared = v == "1";
+  } else if (key == "gpu_uring_completions") {
+    TUTTI_EXPECT(v == "gpu" || v == "cpu", "option gpu_uring_completions: '" + v + "' is not gpu or cpu");
+    c.gpu_completions = v == "gpu";
   } else if (key == "async_reads") {
     TUTTI_EXPECT(v == "auto" || v == "on" || v == "off", "option async_reads: '" + v + "' is not auto, on or off");
     c.async_reads = v == "auto" ? std::nullopt : std::optional<bool>(v == "on");

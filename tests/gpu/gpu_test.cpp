@@ -154,6 +154,12 @@ tutti_runtime* open_runtime(const std::string& pool, const char* backend, const 
   return open_with(opts, l, rc_out);
 }
 
+// A test parameter "backend" or "backend key=value": the backend, and the option (null: none).
+std::pair<std::string, const char*> backend_and_option(const char* param) {
+  const char* space = std::strchr(param, ' ');
+  return {space ? std::string(param, space) : std::string(param), space ? space + 1 : nullptr};
+}
+
 // Block ids 0 .. blocks-1 in an order of their own (the seed's).
 std::vector<int32_t> shuffled_blocks(uint32_t blocks, uint32_t seed) {
   std::vector<int32_t> table(blocks);
@@ -391,7 +397,8 @@ TEST_P(GpuCorrupt, FlippedByteIsCaught) {
   DeviceKv kv(layers, blocks, bt, 8, 128, c.hnd);
   const std::string pool = dir.path + "/pool";
   int rc = 0;
-  tutti_runtime* rt = open_runtime(pool, c.backend, kv.layout, true, c.io_mode, &rc, c.device_staging, c.staging);
+  tutti_runtime* rt =
+      open_runtime(pool, c.backend, kv.layout, true, c.io_mode, &rc, c.device_staging, c.staging, c.option);
   if (rc == TUTTI_EUNSUPPORTED && std::string(c.backend) == "cufile") GTEST_SKIP() << tutti_last_error();
   ASSERT_NE(rt, nullptr) << tutti_strerror(rc) << ": " << tutti_last_error();
   std::vector<int32_t> table(blocks), tokens(n);
@@ -442,6 +449,8 @@ TEST_P(GpuCorrupt, FlippedByteIsCaught) {
 INSTANTIATE_TEST_SUITE_P(Paths, GpuCorrupt,
                          ::testing::Values(Case{"uring", 0, true}, Case{"posix", 1, true}, Case{"gpu-uring", 0, true},
                                            Case{"gpu-uring", 1, true, true}, Case{"dram", 0, true, true},
+                                           Case{"gpu-uring", 0, true, false, "object", nullptr, nullptr,
+                                                "gpu_uring_completions=cpu"},
                                            Case{"dram", 1, true, true}, Case{"cufile", 0, true},
                                            Case{"uring", 0, true, false, "per-block-baseline"},
                                            Case{"posix", 0, true, false, "object", "0"},
@@ -487,10 +496,12 @@ TEST(Gpu, WarpPageHashEqualsCpu) {
 class GpuGraph : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GpuGraph, ReplayWaitsForEachLoad) {
-  Dir dir(std::string(GetParam()) == "dram");
+  const auto [backend, option] = backend_and_option(GetParam());
+  Dir dir(backend == "dram");
   const uint32_t layers = 3, blocks = 32, bt = 16;
   DeviceKv kv(layers, blocks, bt, 8, 128, 0);
-  tutti_runtime* rt = open_runtime(dir.path + "/pool", GetParam(), kv.layout);
+  tutti_runtime* rt = open_runtime(dir.path + "/pool", backend.c_str(), kv.layout, true, "object", nullptr, nullptr,
+                                   nullptr, option);
   ASSERT_NE(rt, nullptr);
   std::vector<int32_t> table(blocks);
   for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>(blocks - 1 - i);
@@ -556,7 +567,8 @@ TEST_P(GpuGraph, ReplayWaitsForEachLoad) {
   tutti_runtime_close(rt);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, GpuGraph, ::testing::Values("uring", "gpu-uring", "dram"));
+INSTANTIATE_TEST_SUITE_P(Backends, GpuGraph,
+                         ::testing::Values("uring", "gpu-uring", "gpu-uring gpu_uring_completions=cpu", "dram"));
 
 // Ends the process with a message if the test has not finished within 60 s (a hang is a
 // failure, not a stuck CI job); an early return of an ASSERT stops it too.
@@ -855,10 +867,8 @@ TEST_P(GpuFailedRead, LeavesBlocksAlone) {
   const uint32_t layers = 2, blocks = 32, bt = 16, chunk = 64, n = 512;
   DeviceKv kv(layers, blocks, bt, 8, 128, 0);
   const std::string pool = dir.path + "/pool";
-  // "backend" or "backend option=value"
-  const std::string param = GetParam(), backend = param.substr(0, param.find(' '));
-  tutti_runtime* rt = open_runtime(pool, backend.c_str(), kv.layout, true, "object", nullptr, nullptr, nullptr,
-                                   backend == param ? nullptr : param.c_str() + backend.size() + 1);
+  const auto [backend, option] = backend_and_option(GetParam());
+  tutti_runtime* rt = open_runtime(pool, backend.c_str(), kv.layout, true, "object", nullptr, nullptr, nullptr, option);
   ASSERT_NE(rt, nullptr);
   std::vector<int32_t> table(blocks), tokens(n);
   for (uint32_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>(i);
@@ -1103,7 +1113,10 @@ INSTANTIATE_TEST_SUITE_P(Paths, GpuLoadDeadline,
 // while the first holds all of it waits there, on its submitter, for the first to land; taken
 // on the loader thread (as before), that wait stopped the thread that issues the first's
 // remaining layers, and both loads hung.
-TEST(GpuUring, TwoLoadsInFlightShareTheStaging) {
+// (Both ways of reaping: the host's books every stream's completions while it waits for one.)
+class GpuUringLoads : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GpuUringLoads, TwoLoadsInFlightShareTheStaging) {
   constexpr uint32_t kLayers = 4, kBt = 16, kBlocks = 40;
   Dir dir;
   DeviceKv kv(kLayers, kBlocks, kBt, 8, 128, 0);  // a chunk-layer of 64 tokens: 256 KiB
@@ -1111,6 +1124,7 @@ TEST(GpuUring, TwoLoadsInFlightShareTheStaging) {
                                  {"capacity", "256M"},
                                  {"chunk_tokens", "64"},
                                  {"backend", "gpu-uring"},
+                                 {"gpu_uring_completions", GetParam()},
                                  {"staging", "2M"},  // 8 chunk-layers: one layer of A takes them all
                                  {"lookahead", "2"}},
                                 kv.layout);
@@ -1143,6 +1157,8 @@ TEST(GpuUring, TwoLoadsInFlightShareTheStaging) {
   EXPECT_EQ(kv.check(b, tb, 0, b.size(), 2), "");
   tutti_runtime_close(rt);
 }
+
+INSTANTIATE_TEST_SUITE_P(Completions, GpuUringLoads, ::testing::Values("gpu", "cpu"));
 
 // A copy kernel gives each chunk a grid row, and a grid has at most 65535 rows: a layer of more
 // chunks goes in slices (mapped-cuda without device staging moves all of a batch's at once).
