@@ -14,7 +14,7 @@ def ttft(*args):
 def test_help_names_every_mode():
     r = ttft("--help")
     assert r.returncode == 0
-    for mode in ("recompute", "floor", "layerwise", "load_all", "per_block", "hybrid", "store"):
+    for mode in ("recompute", "floor", "layerwise", "load_all", "per_block", "hybrid", "store", "floor_spin"):
         assert mode in r.stdout
 
 
@@ -59,6 +59,7 @@ def test_every_row_of_a_tiny_sweep_on_the_cpu(tmp_path):
     for mode in ("load_all", "layerwise", "hybrid", "store"):
         assert (mode, "disk") in modes and (mode, "dram") in modes
     assert ("per_block", "disk") in modes and ("recompute", "none") in modes and ("floor", "hbm") in modes
+    assert not any(x["mode"] == "floor_spin" for x in rows)  # a diagnostic, asked for by name only
     for x in rows:
         assert x["logits_match"] is (None if x["mode"] == "recompute" else True), x  # recompute: the reference
         if x["mode"] not in ("recompute", "floor") and x.get("load_tokens", 1):
@@ -70,6 +71,19 @@ def test_every_row_of_a_tiny_sweep_on_the_cpu(tmp_path):
     r = ttft(*args)
     assert r.returncode == 0, r.stderr
     assert len(out.read_text().splitlines()) == len(rows)
+
+
+def test_floor_spin_is_asked_for_by_name_and_needs_cuda(tmp_path):
+    """floor_spin is a diagnostic: not in the default sweep (above), and on the CPU it says it
+    is skipped and writes no row."""
+    pytest.importorskip("torch", reason="torch is not installed here")
+    import json
+    out = tmp_path / "rows.jsonl"
+    r = ttft("--engine", "reference", "--device", "cpu", "--model", "tiny", "--tokens", "512", "--prefix", "256",
+             "--repeat", "1", "--modes", "floor,floor_spin", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "floor_spin: CUDA only (skipped)" in r.stderr
+    assert {json.loads(line)["mode"] for line in out.read_text().splitlines()} == {"recompute", "floor"}
 
 
 def test_a_remote_source_loads_every_chunk_from_the_cluster(tmp_path):
