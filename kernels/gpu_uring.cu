@@ -217,15 +217,17 @@ void UringDriver::read_layer(uint32_t stream, const LayerLoad& a, void (*read)(v
                                                static_cast<State*>(state_), stream, launched_[stream], a, poll_cqs_);
       check(cudaGetLastError(), "gpu-uring kernel launch");
       launched = true;
-      if (submitted) *submitted = true;
     }
     check(cudaLaunchHostFunc(s, read, arg), "cudaLaunchHostFunc");
   } catch (...) {
     // The read kernel may be running: its reads land in staging the caller frees once it has
-    // failed the layer, so wait for the stream first. A kernel that never ran leaves launched_
-    // counting reads no ring will complete, and the stream's next kernel would spin forever:
-    // none comes then.
-    if (cudaStreamSynchronize(s) != cudaSuccess || (counted && !launched)) broken_ = true;
+    // failed the layer, so wait for the stream first (a polling kernel ends with its reads;
+    // otherwise the caller waits for their completions, as *submitted tells it). A kernel that
+    // never ran leaves launched_ counting reads no ring will complete, and the stream's next
+    // kernel would spin forever: none comes then, nor after a failed synchronize.
+    const bool synced = cudaStreamSynchronize(s) == cudaSuccess;
+    if (!synced || (counted && !launched)) broken_ = true;
+    if (submitted) *submitted = launched && synced;
     throw;
   }
 }

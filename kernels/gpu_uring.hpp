@@ -2,8 +2,8 @@
 // The GPU side of the gpu-uring backend, behind a CUDA-free interface. GPU warps write a layer's
 // read SQEs into io_uring rings that live in host memory mapped for the device; the rings'
 // SQPOLL kernel threads submit them; the warps poll the completion queues (or the host reaps
-// them); a host callback then hands the layer on, and its copies into the paged blocks are queued like any load's
-// (Device::scatter). The CPU builds no I/O: per layer it launches one read kernel and queues
+// them); a host callback then hands the layer on, and its copies into the paged blocks are
+// queued like any load's (Device::scatter). The CPU builds no I/O: per layer it launches one read kernel and queues
 // the copies once the reads are over.
 #pragma once
 
@@ -66,12 +66,12 @@ class UringDriver {
   UringDriver& operator=(const UringDriver&) = delete;
 
   // Reads one layer into its staging on stream `stream` (< kMaxStreams), then read(arg) runs
-  // on a CUDA thread: the reads are over, `status` final (without reap: the reads are
+  // on a CUDA thread: the reads are over, `status` final (without poll_cqs: the reads are
   // submitted; the host reaps them and writes `status`). The reads wait on the GPU for the
   // newest record of freed(stream), which whoever copies a stream's layer out of its staging
   // records after the copies (and anything that reads `status`): record it before the
-  // stream's next read_layer. Called from one thread at a time. *submitted turns true once the
-  // read kernel is launched (even where the call then throws).
+  // stream's next read_layer. Called from one thread at a time. Where it throws, *submitted
+  // says whether the layer's reads were submitted all the same (their completions will come).
   void read_layer(uint32_t stream, const LayerLoad& a, void (*read)(void*), void* arg, bool* submitted = nullptr);
   void* freed(uint32_t stream) const { return freed_[stream]; }
   // The most reads one layer may put on a ring, so no completion queue can overflow.
