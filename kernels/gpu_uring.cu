@@ -213,6 +213,7 @@ void UringDriver::read_layer(uint32_t stream, const LayerLoad& a, void (*read)(v
       check(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(freed_[stream]), 0), "cudaStreamWaitEvent");
       launched_[stream] += a.n;
       counted = true;
+      cudaGetLastError();  // an error left by an earlier call must not read as this launch's
       load_layer_io<<<1, 32 * nrings, 0, s>>>(reinterpret_cast<const DevRing*>(views_), nrings,
                                                static_cast<State*>(state_), stream, launched_[stream], a, poll_cqs_);
       check(cudaGetLastError(), "gpu-uring kernel launch");

@@ -204,9 +204,10 @@ void GpuUring::reap(uint32_t stream) {
       if (!want) break;
       io_uring_cqe* cqe = nullptr;
       const int rc = io_uring_wait_cqe_nr(ring, &cqe, want);
-      if (rc < 0 && rc != -EINTR) {
-        log(TUTTI_LOG_WARN, std::string("gpu-uring: waiting for a ring's completions: ") + std::strerror(-rc) +
-                                "; polling the completion queue");
+      if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIME) {
+        if (!poll_warned_.exchange(true))
+          log(TUTTI_LOG_WARN, std::string("gpu-uring: waiting for a ring's completions: ") + std::strerror(-rc) +
+                                  "; polling the completion queue instead");
         while (io_uring_cq_ready(ring) < want) std::this_thread::sleep_for(std::chrono::microseconds(20));
       }
       unsigned head, seen = 0;

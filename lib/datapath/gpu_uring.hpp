@@ -8,6 +8,7 @@
 // each layer's checksum, which the CPU computes as it writes.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -39,7 +40,8 @@ class GpuUring {
   // are over: a stream-ordered wait then waits for copies, never for a read. The stream's next
   // reads wait for freed(stream) on the GPU; this call waits first until the stream's previous
   // layer has been through copy(), so that the newest record of freed(stream) follows its
-  // copies. `status` is a.status as the CPU sees it (written here when the host reaps).
+  // copies. `status` is a.status as the CPU sees it (written here when the host reaps). Where
+  // it throws after the reads were submitted, it returns once the copier has reaped them.
   void load_layer(uint32_t stream, const gpu::LayerLoad& a, int32_t* status, void (*copy)(void*), void* arg);
   void* freed(uint32_t stream) const { return driver_->freed(stream); }
   // The most chunks one layer may read.
@@ -66,6 +68,7 @@ class GpuUring {
   unsigned idle_ms_ = 0;
   bool host_reaps_ = false;  // option gpu_uring_completions=cpu
   Reaping reaping_[gpu::UringDriver::kMaxStreams];  // under mu_
+  std::atomic<bool> poll_warned_{false};
   std::mutex mu_;
   std::condition_variable cv_;         // in_flight_, copied_, stop_
   std::condition_variable read_cv_;    // reads_, stop_

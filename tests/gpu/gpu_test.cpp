@@ -425,7 +425,7 @@ TEST_P(GpuCorrupt, FlippedByteIsCaught) {
   std::fputc(byte ^ 0x10, f);
   std::fclose(f);
 
-  rt = open_runtime(pool, c.backend, kv.layout, true, c.io_mode, nullptr, c.device_staging, c.staging);
+  rt = open_runtime(pool, c.backend, kv.layout, true, c.io_mode, nullptr, c.device_staging, c.staging, c.option);
   ASSERT_NE(rt, nullptr);
   kv.zero();
   tutti_batch* b = nullptr;
