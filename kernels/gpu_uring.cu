@@ -53,8 +53,7 @@ __device__ void drain(const DevRing& R, State* st, uint32_t r) {
     const uint64_t tag = c->user_data;
     const int32_t res = c->res;
     const uint32_t s = static_cast<uint32_t>(tag >> 32), i = static_cast<uint32_t>(tag);
-    // A short read is an error here: O_DIRECT extents inside the pool file are never short.
-    st->status[s][i] = res == static_cast<int32_t>(st->expect[s]) ? 0 : res < 0 ? res : -EIO;
+    st->status[s][i] = read_status(res, static_cast<int32_t>(st->expect[s]));
     __threadfence_system();
     atomicAdd(&st->done[s], 1ull);
   }
@@ -79,7 +78,7 @@ __global__ void load_layer_io(const DevRing* rings, uint32_t nrings, State* st, 
   __syncthreads();
   if (r >= nrings) return;
   const DevRing& R = rings[r];
-  const uint32_t count = a.n > r ? (a.n - r + nrings - 1) / nrings : 0;
+  const uint32_t count = chunks_on_ring(a.n, r, nrings);
   if (count) {
     uint32_t t = 0;
     if (lane == 0) {

@@ -7,13 +7,26 @@
 // the copies once the reads are over.
 #pragma once
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "kernels/copy_layout.hpp"  // TUTTI_HOST_DEVICE
 #include "kernels/device.hpp"
 
 namespace tutti::gpu {
+
+// A layer's reads as the kernel that submits them and whoever reaps them both see them: chunk
+// i goes to ring i % rings, and its completion carries user_data = stream << 32 | i.
+TUTTI_HOST_DEVICE inline uint32_t chunks_on_ring(uint32_t chunks, uint32_t ring, uint32_t rings) {
+  return chunks > ring ? (chunks - ring + rings - 1) / rings : 0;
+}
+// A read's status from its completion: 0, or -errno. A short read is an error: O_DIRECT extents
+// inside the pool file are never short.
+TUTTI_HOST_DEVICE inline int32_t read_status(int32_t res, int32_t expect) {
+  return res == expect ? 0 : res < 0 ? res : -EIO;
+}
 
 // One io_uring as liburing mapped it into this process (host addresses).
 struct RingView {

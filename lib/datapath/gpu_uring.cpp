@@ -131,7 +131,7 @@ void GpuUring::load_layer(uint32_t stream, const gpu::LayerLoad& a, int32_t* sta
       Reaping& rp = reaping_[stream];
       rp = Reaping{status, static_cast<int32_t>(a.layer_bytes), a.n, {}};
       const uint32_t n = static_cast<uint32_t>(rings_.size());
-      for (uint32_t k = 0; k < n && k < a.n; ++k) rp.left[k] = (a.n - k + n - 1) / n;  // chunk i on ring i % n
+      for (uint32_t k = 0; k < n; ++k) rp.left[k] = gpu::chunks_on_ring(a.n, k, n);
     }
     ++issued_[stream];
     if (in_flight_++ == 0) cv_.notify_all();
@@ -215,9 +215,8 @@ void GpuUring::reap(uint32_t stream) {
       io_uring_for_each_cqe(ring, head, cqe) {
         Reaping& r = reaping_[static_cast<uint32_t>(cqe->user_data >> 32) % gpu::UringDriver::kMaxStreams];
         const uint32_t i = static_cast<uint32_t>(cqe->user_data);
-        // A short read is an error here: O_DIRECT extents inside the pool file are never short.
         if (i < r.n && r.left[k]) {
-          r.status[i] = cqe->res == r.expect ? 0 : cqe->res < 0 ? cqe->res : -EIO;
+          r.status[i] = gpu::read_status(cqe->res, r.expect);
           --r.left[k];
         }
         ++seen;

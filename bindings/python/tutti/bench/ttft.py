@@ -198,6 +198,7 @@ class Bench:
         self.ref: Optional[torch.Tensor] = None
         self.floor: Dict[int, torch.Tensor] = {}
         self.profile: Optional[Profile] = None
+        self.spin_hz: Optional[float] = None  # floor_spin: GPU clock cycles per second, measured once
 
     @staticmethod
     def key(r: dict):
@@ -305,11 +306,11 @@ class Bench:
         """The floor beside k resident one-thread kernels (torch.cuda._sleep) on side streams,
         each spinning for three floors: a block that holds an SM for the whole prefill, as
         gpu-uring's I/O kernel holds one while a layer's reads are in flight. A kernel that
-        fills an SM's registers (Hopper's persistent GEMMs do) cannot share that SM with it."""
+        needs all of an SM's registers cannot share that SM with it."""
         if not self.cuda:
             log("floor_spin: CUDA only (skipped)")
             return
-        if not hasattr(self, "spin_hz"):  # _sleep counts clock cycles: how many per second here
+        if self.spin_hz is None:  # _sleep counts clock cycles: how many per second here
             torch.cuda._sleep(1000)  # loads the kernel, outside the timing
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
